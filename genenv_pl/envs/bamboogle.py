@@ -33,7 +33,8 @@ import re
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, resolve_data_root
-from genenv_pl.envs.text_metrics import exact_match, extract_tag, normalize_answer, strip_tag_blocks, token_f1
+from genenv_pl.envs.text_metrics import (exact_match, extract_json_object, extract_tag, normalize_answer,
+                                         strip_tag_blocks, token_f1)
 
 log = logging.getLogger(__name__)
 
@@ -92,20 +93,6 @@ def parse_tool_call(text: str) -> str | None:
     params = call.get("parameters") if isinstance(call.get("parameters"), dict) else call.get("arguments")
     query = params.get("query") if isinstance(params, dict) else None
     return query.strip() if isinstance(query, str) and query.strip() else None
-
-
-def extract_json_object(text: str) -> dict[str, Any] | None:
-    """The first JSON object in `text` (code fences allowed), or None. Never executes anything."""
-    text = (text or "")[:_MAX_PARSE_CHARS]
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", text):
-        try:
-            value, _ = decoder.raw_decode(text, match.start())
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
 
 
 def answer_with_search(
@@ -316,7 +303,8 @@ class BamboogleEnv(Environment):
         if len(answer.split()) > self.max_answer_words or len(answer) > 12 * self.max_answer_words:
             raise InvalidTask("answer_too_long", answer[:80])
         norm_q = normalize_answer(question)
-        if norm_q == normalize_answer(seed.data["question"]) or token_f1(question, seed.data["question"]) >= self.copy_f1:
+        seed_q = seed.data["question"]
+        if norm_q == normalize_answer(seed_q) or token_f1(question, seed_q) >= self.copy_f1:
             raise InvalidTask("copy_of_seed")
         if norm_q in self._eval_questions:
             raise InvalidTask("eval_leak", "the question is a held-out evaluation question")
@@ -344,7 +332,8 @@ class BamboogleEnv(Environment):
     # ---- agent side ---------------------------------------------------------------------
     def agent_prompt(self, task: Task) -> list[Message]:
         system = _WITH_SEARCH if self.search_tool is not None else _CLOSED_BOOK
-        return [{"role": "system", "content": system}, {"role": "user", "content": f"Question: {task.data['question']}"}]
+        return [{"role": "system", "content": system},
+                {"role": "user", "content": f"Question: {task.data['question']}"}]
 
     def reward(self, task: Task, response: str) -> float:
         answer, _ = parse_answer(response)

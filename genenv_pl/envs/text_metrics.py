@@ -1,4 +1,4 @@
-"""Short-answer metrics (SQuAD style) and tolerant reading of the shared output format.
+"""Short-answer metrics (SQuAD style) and tolerant reading of model output (tags, JSON).
 
 Pure functions, shared by the environments. The normalization is the one of the SQuAD v1.1
 evaluation script, which is also what Search-R1 / FlashRAG use for Bamboogle "EM": lower case,
@@ -7,9 +7,11 @@ keeps our numbers comparable with the literature.
 """
 from __future__ import annotations
 
+import json
 import re
 import string
 from collections import Counter
+from typing import Any
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
@@ -64,3 +66,23 @@ def strip_tag_blocks(text: str, tag: str) -> str:
     """`text` without any `<tag>...</tag>` block; an unclosed opening tag drops the rest."""
     text = re.sub(rf"<{tag}>.*?</{tag}>", " ", text, flags=re.DOTALL | re.IGNORECASE)
     return re.split(rf"<{tag}>", text, flags=re.IGNORECASE)[0]
+
+
+def extract_json_object(text: str, max_chars: int = 20_000) -> dict[str, Any] | None:
+    """The first JSON object in `text` (code fences and chatter around it allowed), or None.
+
+    Only `json` decoding: nothing in the text is ever executed. Work is bounded by `max_chars`
+    and by the number of decoding attempts.
+    """
+    text = (text or "")[:max_chars]
+    decoder = json.JSONDecoder()
+    for n, match in enumerate(re.finditer(r"\{", text)):
+        if n >= 64:  # each attempt may scan to the end: bound the work on brace soup
+            break
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(value, dict):
+            return value
+    return None

@@ -95,7 +95,8 @@ def test_search_loop_with_a_plugged_backend(data_root):
     def generate(messages):
         seen.append(messages)
         if len(seen) == 1:
-            return '<think>find year</think><tool_call>{"name": "search", "parameters": {"query": "Citibank founded"}}</tool_call>'
+            return ('<think>find year</think>'
+                    '<tool_call>{"name": "search", "parameters": {"query": "Citibank founded"}}</tool_call>')
         return "<think>1812 -> Madison</think><response>James Madison</response>"
 
     transcript = answer_with_search(env, task, generate)

@@ -1,8 +1,8 @@
 """SQuAD-style normalization, exact match and token F1 on known answers."""
 import pytest
 
-from genenv_pl.envs.text_metrics import (best_over_golds, exact_match, extract_tag, normalize_answer,
-                                         strip_tag_blocks, token_f1)
+from genenv_pl.envs.text_metrics import (best_over_golds, exact_match, extract_json_object, extract_tag,
+                                         normalize_answer, strip_tag_blocks, token_f1)
 
 
 @pytest.mark.parametrize("text, normalized", [
@@ -56,3 +56,17 @@ def test_extract_tag(text, content):
 
 def test_strip_tag_blocks():
     assert strip_tag_blocks("a<think>x</think>b<think>rest", "think") == "a b"
+
+
+@pytest.mark.parametrize("text, obj", [
+    ('{"a": 1}', {"a": 1}),
+    ('Sure!\n```json\n{"a": {"b": [1, 2]}}\n```\nDone.', {"a": {"b": [1, 2]}}),
+    ('{broken {"a": 1}', {"a": 1}),
+    ("{'a': 1}", None),  # Python literals are not JSON and are never evaluated
+    ("[1, 2]", None),
+    ("{" * 5000, None),
+    ("", None),
+    (None, None),
+])
+def test_extract_json_object(text, obj):
+    assert extract_json_object(text) == obj
