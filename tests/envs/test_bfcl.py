@@ -1,0 +1,496 @@
+"""BFCL environment: split, prompts, simulator validation, malformed data, and agreement of the
+scorer with BFCL's own checkers (the `bfcl-eval` package, installed with --no-deps)."""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import os
+import random
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from genenv_pl.envs import make_env
+from genenv_pl.envs.base import DataError, InvalidTask, Task
+from genenv_pl.envs.bfcl import (
+    ADDED_FUNCTIONS_PROMPT,
+    AST_CATEGORIES,
+    MULTI_TURN_CATEGORIES,
+    SUPPORTED,
+    BFCLEnv,
+    split_bucket,
+)
+from genenv_pl.envs.toolcall import render_calls
+
+# ---- the reference checkers ---------------------------------------------------------------------
+
+
+def _load_reference_ast_checker():
+    """bfcl-eval's ast_checker. Its module imports the model registry, which imports every vendor
+    SDK (anthropic, openai, ...); the checker only reads one flag from it (underscore_to_dot, for
+    models that rename dotted functions). Without those SDKs we register a one-entry registry for
+    that import; the checker code itself runs unchanged."""
+    try:
+        from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+        return ast_checker, "gorilla-openfunctions-v2"
+    except ImportError:
+        pass
+    name = "bfcl_eval.constants.model_config"
+    registry = types.ModuleType(name)
+    registry.MODEL_CONFIG_MAPPING = {"genenv": types.SimpleNamespace(underscore_to_dot=False)}
+    sys.modules[name] = registry
+    try:
+        from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+    finally:
+        del sys.modules[name]
+    return ast_checker, "genenv"
+
+
+@pytest.fixture(scope="module")
+def reference_ast():
+    from bfcl_eval.constants.enums import Language
+
+    checker, model_name = _load_reference_ast_checker()
+
+    def verdict(task: Task, calls: list[dict]) -> bool:
+        out = [{c["name"]: c["parameters"]} for c in calls]
+        d = task.data
+        return checker(d["tools"], out, d["gold"], Language.PYTHON, d["category"], model_name)["valid"]
+
+    return verdict
+
+
+@pytest.fixture(scope="module")
+def env() -> BFCLEnv:
+    return BFCLEnv(categories=list(SUPPORTED))
+
+
+def as_text(calls: list[dict]) -> str:
+    return "<think>\nok\n</think>\n" + render_calls(calls)
+
+
+def score(env: BFCLEnv, task: Task, calls: list[dict]) -> float:
+    return env.score(task, as_text(calls) if calls else "<response>none</response>")["accuracy"]
+
+
+# ---- perturbations ------------------------------------------------------------------------------
+
+def _other_value(v: Any) -> Any:
+    """A value of the same type that no gold list holds (checked by the callers' agreement)."""
+    if isinstance(v, bool):
+        return not v
+    if isinstance(v, int):
+        return v + 7919
+    if isinstance(v, float):
+        return v + 7919.5
+    if isinstance(v, str):
+        return v + "zq"  # letters: BFCL ignores case, spaces and ,./-_*^ only
+    if isinstance(v, list):
+        return v + (v[:1] or ["zq"])
+    if isinstance(v, dict):
+        return {**v, "zq": 1}
+    return "zq"
+
+
+def perturbations(calls: list[dict], tools: list[dict]) -> dict[str, list[dict]]:
+    """Systematic wrong answers derived from a correct one (each must score 0)."""
+    out: dict[str, list[dict]] = {"no_call": []}
+    if not calls:
+        return out
+    c = copy.deepcopy(calls)
+    c[0]["name"] += "_zq"
+    out["wrong_function"] = c
+    c = copy.deepcopy(calls)
+    c[0]["parameters"]["zq_extra"] = 1
+    out["extra_param"] = c
+    for i, call in enumerate(calls):
+        if call["parameters"]:
+            k = next(iter(call["parameters"]))
+            c = copy.deepcopy(calls)
+            c[i]["parameters"][k] = _other_value(c[i]["parameters"][k])
+            out["wrong_value"] = c
+            break
+    for i, call in enumerate(calls):
+        tool = next(t for t in tools if t["name"] == call["name"])
+        required = [r for r in tool["parameters"].get("required", []) if r in call["parameters"]]
+        if required:
+            c = copy.deepcopy(calls)
+            del c[i]["parameters"][required[0]]
+            out["missing_required"] = c
+            break
+    if len(calls) > 1:
+        out["drop_call"] = copy.deepcopy(calls[:-1])
+    return out
+
+
+def fuzzed(calls: list[dict], rng: random.Random) -> list[dict]:
+    """Random edits that are sometimes still correct (case, separators, int/float, types)."""
+    def edit(v: Any) -> Any:
+        options = [str(v), 1, 1.0, True, None, [v], {"a": v}, ""]
+        if isinstance(v, str):
+            options += [v.upper(), v.replace(" ", "-"), v.replace(" ", ""), f" {v} "]
+        if isinstance(v, int) and not isinstance(v, bool):
+            options.append(float(v))
+        if isinstance(v, float) and v.is_integer():
+            options.append(int(v))
+        if isinstance(v, list):
+            options += [v[::-1], [str(x) for x in v]]
+        return rng.choice(options)
+
+    c = copy.deepcopy(calls)
+    for call in c:
+        for k in list(call["parameters"]):
+            if rng.random() < 0.5:
+                call["parameters"][k] = edit(call["parameters"][k])
+    return c
+
+
+# ---- AST scorer vs bfcl-eval ----------------------------------------------------------------------
+
+def test_ast_scorer_agrees_with_bfcl_eval(env: BFCLEnv, reference_ast) -> None:
+    """Every AST gold answer, systematic perturbations of it and random edits: same verdict."""
+    rng = random.Random(0)
+    tasks = [t for t in env.seed_tasks() + env.eval_tasks() if t.group in AST_CATEGORIES]
+    assert len(tasks) == 1880  # all AST entries shipped
+    verdicts: dict[str, list[tuple[bool, bool]]] = {}
+    for task in tasks:
+        gold = env._gold_calls(task.data)
+        cases = {"gold": gold, **perturbations(gold, task.data["tools"])}
+        if len(gold) > 1:
+            cases["reordered"] = gold[::-1]
+        for j in range(3):
+            cases[f"fuzz{j}"] = fuzzed(gold, rng)
+        for kind, calls in cases.items():
+            ours, ref = score(env, task, calls) == 1.0, reference_ast(task, calls)
+            verdicts.setdefault(kind.rstrip("0123456789"), []).append((ours, ref))
+            assert ours == ref, (task.id, kind, calls)
+    # gold is correct except for 4 entries whose gold no answer satisfies (bfcl-eval agrees)
+    assert sum(not o for o, _ in verdicts["gold"]) == 4
+    for kind in ("no_call", "wrong_function", "extra_param", "wrong_value", "missing_required", "drop_call"):
+        assert verdicts[kind] and not any(o for o, _ in verdicts[kind]), kind
+    assert sum(o for o, _ in verdicts["reordered"]) >= len(verdicts["reordered"]) - 1  # order-free
+    fuzz = [o for o, _ in verdicts["fuzz"]]
+    assert 0 < sum(fuzz) < len(fuzz)  # the random edits hit both outcomes
+
+
+# ---- multi-turn scorer vs bfcl-eval ----------------------------------------------------------------
+
+_model_names = itertools.count()
+
+
+def _raw_rows(data_root: str, category: str) -> tuple[dict[str, dict], dict[str, list]]:
+    base = Path(data_root) / "bfcl"
+    with open(base / f"BFCL_v4_{category}.json") as f:
+        entries = {r["id"]: r for r in map(json.loads, f)}
+    with open(base / "possible_answer" / f"BFCL_v4_{category}.json") as f:
+        gold = {r["id"]: r["ground_truth"] for r in map(json.loads, f)}
+    return entries, gold
+
+
+def _call_string(c: dict) -> str:
+    return f"{c['name']}(" + ", ".join(f"{k}={v!r}" for k, v in c["parameters"].items()) + ")"
+
+
+def _reference_turn(entry: dict, gold: list[list[str]], turn: int, calls: list[dict]) -> bool:
+    """bfcl-eval's multi-turn verdict (execute on its simulated backends, compare state and
+    results) for `calls` at `turn` after the gold turns before it."""
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+
+    model = [[g] if g else [] for g in gold[:turn]] + [[[_call_string(c) for c in calls]] if calls else []]
+    category = entry["id"].rsplit("_", 1)[0]
+    # a fresh model name per check: bfcl-eval caches backend instances by name
+    return multi_turn_checker(model, gold[: turn + 1], entry, category, f"genenv{next(_model_names)}")["valid"]
+
+
+@pytest.mark.parametrize("category", MULTI_TURN_CATEGORIES)
+def test_multi_turn_gold_scores_one_in_both(env: BFCLEnv, data_root: str, category: str) -> None:
+    """Our parsed gold calls, written back as calls, pass bfcl-eval on every turn of every entry."""
+    entries, gold = _raw_rows(data_root, category)
+    tasks = [t for t in env.seed_tasks() + env.eval_tasks() if t.group == category]
+    assert sum(len(g) for g in gold.values()) == len(tasks)  # one task per user turn
+    by_entry: dict[str, list[Task]] = {}
+    for task in tasks:
+        assert score(env, task, task.data["gold"]) == 1.0, task.id
+        by_entry.setdefault(task.id.rsplit("/turn", 1)[0], []).append(task)
+    for rid, turns in by_entry.items():  # all turns in one run: the same checks, linear time
+        last = turns[-1]
+        model = [[[_call_string(c) for c in t.data["gold"]]] if t.data["gold"] else [] for t in turns]
+        from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+
+        verdict = multi_turn_checker(model, gold[rid], entries[rid], category, f"genenv{next(_model_names)}")
+        assert verdict["valid"] and len(turns) == len(gold[rid]) and last.meta["turn"] == len(turns) - 1, rid
+
+
+def test_multi_turn_perturbations(env: BFCLEnv, data_root: str) -> None:
+    """Ours rejects every perturbation. bfcl-eval compares backend states and results instead of
+    calls, so it accepts a few (e.g. `ls(a=False)` when no hidden file exists); measured on
+    multi_turn_long_context: 95-100% agreement per kind."""
+    category = "multi_turn_long_context"
+    entries, gold = _raw_rows(data_root, category)
+    agree: dict[str, list[bool]] = {}
+    for task in [t for t in env.seed_tasks() if t.group == category][::2]:  # half of them: time
+        rid, turn = task.id.rsplit("/turn", 1)
+        for kind, calls in perturbations(task.data["gold"], task.data["tools"]).items():
+            if not task.data["gold"]:
+                continue
+            assert score(env, task, calls) == 0.0, (task.id, kind)
+            agree.setdefault(kind, []).append(not _reference_turn(entries[rid], gold[rid], int(turn), calls))
+    for kind, same in agree.items():
+        assert sum(same) / len(same) >= 0.93, (kind, sum(same), len(same))
+
+
+# ---- relevance and text-level scoring --------------------------------------------------------------
+
+def test_relevance_and_irrelevance(env: BFCLEnv) -> None:
+    irrelevant = next(t for t in env.seed_tasks() if t.group == "irrelevance")
+    relevant = next(t for t in env.seed_tasks() if t.group == "live_relevance")
+    call = render_calls([{"name": irrelevant.data["tools"][0]["name"], "parameters": {}}])
+    broken = '<tool_call>{"name": "f", "parameters": {</tool_call>'
+    no_call = "<think>none of these fit</think><response>I can't do that with these tools.</response>"
+    table = [
+        (irrelevant, no_call, 1.0, 0.0), (irrelevant, "Sorry, no.", 1.0, 0.0), (irrelevant, call, 0.0, 0.0),
+        (irrelevant, broken, 0.0, 1.0),
+        (relevant, render_calls([{"name": relevant.data["tools"][0]["name"], "parameters": {"x": 1}}]), 1.0, 0.0),
+        (relevant, no_call, 0.0, 1.0), (relevant, broken, 0.0, 1.0),
+    ]
+    for task, text, accuracy, format_error in table:
+        assert env.score(task, text) == {"accuracy": accuracy, "format_error": format_error}, (task.id, text)
+        assert env.reward(task, text) == accuracy
+
+
+def test_score_from_text_formats(env: BFCLEnv) -> None:
+    task = next(t for t in env.seed_tasks() if t.group == "parallel")
+    gold = env._gold_calls(task.data)
+    python_style = "<tool_call>[" + ", ".join(_call_string(c) for c in gold) + "]</tool_call>"
+    qwen_style = "\n".join('<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>'
+                           % (c["name"], json.dumps(c["parameters"])) for c in gold)
+    for text in (as_text(gold), python_style, qwen_style, as_text(gold[::-1]), as_text(gold)[:-len("</tool_call>")]):
+        assert env.score(task, text) == {"accuracy": 1.0, "format_error": 0.0}, text
+    for text in ("", "I would call the functions.", "<tool_call>oops</tool_call>"):
+        assert env.score(task, text) == {"accuracy": 0.0, "format_error": 1.0}, text
+
+
+# ---- split -------------------------------------------------------------------------------------
+
+def test_split_is_disjoint_deterministic_and_by_entry(env: BFCLEnv, data_root: str) -> None:
+    seed_ids = {t.id for t in env.seed_tasks()}
+    eval_ids = {t.id for t in env.eval_tasks()}
+    assert seed_ids and eval_ids and not seed_ids & eval_ids
+    assert len(seed_ids) == len(env.seed_tasks()) and len(eval_ids) == len(env.eval_tasks())
+    entry = lambda task_id: task_id.split("/turn")[0]  # noqa: E731
+    assert not {entry(i) for i in seed_ids} & {entry(i) for i in eval_ids}  # dialogues stay whole
+    assert all(split_bucket(entry(i), 0) < 0.5 for i in eval_ids)
+    assert 0.4 < len(eval_ids) / (len(seed_ids) + len(eval_ids)) < 0.6
+    again = BFCLEnv(data_root=data_root, categories=list(SUPPORTED))
+    assert [t.id for t in again.eval_tasks()] == [t.id for t in env.eval_tasks()]
+    other = BFCLEnv(categories=["simple_python"], split_seed=1)
+    assert {t.id for t in other.eval_tasks()} != {t.id for t in env.eval_tasks() if t.group == "simple_python"}
+    assert BFCLEnv(categories=["parallel"], eval_fraction=0.0).eval_tasks() == []
+    assert BFCLEnv(categories=["parallel"], eval_fraction=1.0).seed_tasks() == []
+
+
+def test_default_and_registry(data_root: str) -> None:
+    env = make_env("bfcl", data_root=data_root)
+    assert {t.group for t in env.seed_tasks() + env.eval_tasks()} == {"multi_turn_long_context"}
+    with pytest.raises(ValueError, match="simple_java"):
+        BFCLEnv(categories=["simple_java"])
+
+
+def test_tasks_are_json_and_well_formed(env: BFCLEnv) -> None:
+    for task in env.seed_tasks()[::25]:
+        restored = Task.from_dict(json.loads(json.dumps(task.to_dict())))
+        assert restored == task and task.difficulty >= 1.0 and task.group in SUPPORTED
+
+
+# ---- prompts -------------------------------------------------------------------------------------
+
+def test_agent_prompt_single_turn(env: BFCLEnv) -> None:
+    task = next(t for t in env.seed_tasks() if t.group == "live_simple" and t.data["context"])
+    messages = env.agent_prompt(task)
+    assert messages[0]["role"] == "system" and task.data["context"] in messages[0]["content"]
+    assert json.dumps(task.data["tools"][0], ensure_ascii=False) in messages[0]["content"]
+    assert "<tool_call>" in messages[0]["content"] and messages[-1]["role"] == "user"
+    assert [m["role"] for m in messages[1:]] == ["user"]
+
+
+def test_agent_prompt_multi_turn_history_and_missed_functions(env: BFCLEnv, data_root: str) -> None:
+    entries, gold = _raw_rows(data_root, "multi_turn_miss_func")
+    tasks = {t.id: t for t in env.seed_tasks() + env.eval_tasks() if t.group == "multi_turn_miss_func"}
+    rid, entry = next(iter(entries.items()))
+    (turn, names), = entry["missed_function"].items()
+    turn = int(turn)
+    before, at = tasks[f"{rid}/turn{turn - 1}"], tasks[f"{rid}/turn{turn}"]
+    assert not set(names) & {t["name"] for t in before.data["tools"]}
+    assert set(names) <= {t["name"] for t in at.data["tools"]}
+    messages = env.agent_prompt(at)
+    assert messages[-1] == {"role": "user", "content": ADDED_FUNCTIONS_PROMPT}
+    roles = [m["role"] for m in messages]
+    assert roles == ["system"] + ["user", "assistant"] * turn + ["user"]
+    assert "Initial state" in messages[0]["content"]
+    first_gold = tasks[f"{rid}/turn0"].data["gold"]
+    assert messages[2]["content"] == render_calls(first_gold)  # gold history, not model output
+
+
+# ---- simulator --------------------------------------------------------------------------------------
+
+def _seed(env: BFCLEnv, group: str) -> Task:
+    return next(t for t in env.seed_tasks() if t.group == group and env._gold_calls(t.data))
+
+
+def test_simulator_prompt(env: BFCLEnv) -> None:
+    seed = _seed(env, "simple_python")
+    messages = env.simulator_prompt(seed, 0.9)
+    assert [m["role"] for m in messages] == ["system", "user"]
+    view = json.loads(messages[1]["content"].split("\n", 1)[1].split("\n\n")[0])
+    assert view["calls"] == env._gold_calls(seed.data) and view["question"] in messages[1]["content"]
+    assert "harder" in messages[1]["content"] and "easier" in env.simulator_prompt(seed, 0.1)[1]["content"]
+    assert "unknown" in env.simulator_prompt(seed, None)[1]["content"]
+    long_seed = _seed(env, "multi_turn_base")
+    assert len(env.simulator_prompt(long_seed, 0.5)[1]["content"]) < len(env.agent_prompt(long_seed)[0]["content"])
+
+
+def test_parse_task_good_generations(env: BFCLEnv) -> None:
+    seed = _seed(env, "simple_python")
+    tool = seed.data["tools"][0]
+    gold = env._gold_calls(seed.data)[0]
+    # 1) a copy of the seed: valid, and recognised as a duplicate of it
+    copy_of_seed = json.dumps({"question": env._question(seed.data), "tools": [tool["name"]], "calls": [gold]})
+    dup = env.parse_task(copy_of_seed, seed)
+    assert env.task_key(dup) == env.task_key(seed) and dup.meta["seed_id"] == seed.id
+    # 2) a new function with two parallel calls, in prose and fences
+    new_tool = {"name": "convert_currency", "description": "Convert money.", "parameters": {
+        "type": "dict", "properties": {"amount": {"type": "float"}, "to": {"type": "string"},
+                                       "round": {"type": "boolean", "default": False}},
+        "required": ["amount", "to"]}}
+    calls = [{"name": "convert_currency", "parameters": {"amount": 10, "to": "EUR"}},
+             {"name": "convert_currency", "parameters": {"amount": 2.5, "to": "JPY"}}]
+    text = "<think>harder: two calls</think>\n```json\n" + json.dumps(
+        {"question": "Convert 10 USD to EUR and 2.5 USD to JPY.", "tools": [new_tool, tool["name"]], "calls": calls}
+    ) + "\n```"
+    task = env.parse_task(text, seed)
+    assert task.data["mode"] == "parallel" and task.group == seed.group and task.difficulty == 6.0
+    assert env.task_key(task) != env.task_key(seed)
+    json.dumps(task.to_dict())
+    assert env.score(task, as_text(calls[::-1]))["accuracy"] == 1.0
+    assert env.score(task, as_text([*calls[:1], {**calls[1], "parameters": {"amount": 2.5, "to": "jpy ",
+                                                                             "round": False}}]))["accuracy"] == 1.0
+    assert env.score(task, as_text(calls[:1]))["accuracy"] == 0.0
+    assert env.score(task, as_text([calls[0], {**calls[1], "parameters": {"amount": 3, "to": "JPY"}}]))[
+        "accuracy"] == 0.0
+    # 3) no listed function fits: an irrelevance task
+    none = env.parse_task(json.dumps({"question": "Tell me a joke.", "tools": [tool["name"]], "calls": []}), seed)
+    assert none.data["mode"] == "irrelevance" and env.score(none, "<response>No.</response>")["accuracy"] == 1.0
+
+
+def test_parse_task_from_multi_turn_seed(env: BFCLEnv) -> None:
+    seed = _seed(env, "multi_turn_long_context")
+    calls = env._gold_calls(seed.data)
+    text = json.dumps({"question": "Please do it again.", "tools": sorted({c["name"] for c in calls}), "calls": calls})
+    task = env.parse_task(text, seed)
+    assert task.data["mode"] == "sequence" and task.data["context"] == seed.data["context"]
+    assert env.score(task, as_text(calls))["accuracy"] == 1.0
+    if len(calls) > 1 and calls != calls[::-1]:
+        assert env.score(task, as_text(calls[::-1]))["accuracy"] == 0.0  # order matters here
+
+
+@pytest.mark.parametrize("generation,reason", [
+    ("I made the task harder by adding units.", "unparseable"),
+    ('{"question": "", "tools": ["{tool}"], "calls": []}', "bad_question"),
+    ('{"question": "q", "tools": ["no_such_function"], "calls": []}', "unknown_tool"),
+    ('{"question": "q", "tools": ["{tool}"], "calls": [{"name": "other", "parameters": {}}]}', "unknown_function"),
+    ('{"question": "q", "tools": ["{tool}"], "calls": [{"name": "{tool}", "parameters": {}}]}', "missing_required"),
+    ('{"question": "q", "tools": ["{tool}"], "calls": [{"name": "{tool}", "parameters": {gold+zz}}]}',
+     "unknown_param"),
+])
+def test_parse_task_bad_generations(env: BFCLEnv, generation: str, reason: str) -> None:
+    seed = _seed(env, "simple_python")
+    gold_plus = {**env._gold_calls(seed.data)[0]["parameters"], "zz": 1}
+    text = generation.replace("{tool}", seed.data["tools"][0]["name"]).replace("{gold+zz}", json.dumps(gold_plus))
+    with pytest.raises(InvalidTask) as err:
+        env.parse_task(text, seed)
+    assert err.value.reason == reason
+
+
+def test_parse_task_bad_type(env: BFCLEnv) -> None:
+    seed = next(t for t in env.seed_tasks() if t.group == "simple_python" and any(
+        s["type"] == "integer" for s in t.data["tools"][0]["parameters"]["properties"].values()))
+    tool = seed.data["tools"][0]
+    pname = next(p for p, s in tool["parameters"]["properties"].items() if s["type"] == "integer")
+    call = env._gold_calls(seed.data)[0]
+    bad = {"name": tool["name"], "parameters": {**call["parameters"], pname: "seven"}}
+    with pytest.raises(InvalidTask) as err:
+        env.parse_task(json.dumps({"question": "q", "tools": [tool["name"]], "calls": [bad]}), seed)
+    assert err.value.reason == "bad_type"
+
+
+def test_warm_start_examples(env: BFCLEnv) -> None:
+    agent = env.warm_start_examples("agent", 3, seed=0)
+    assert len(agent) == 3 and all("<tool_call>" in target or "<response>" in target for _, target in agent)
+    for prompt, target in env.warm_start_examples("simulator", 3, seed=0):
+        json.loads(target)
+
+
+# ---- malformed data ---------------------------------------------------------------------------------
+
+SIMPLE = {"id": "simple_python_0", "question": [[{"role": "user", "content": "Area of a 10 by 5 triangle?"}]],
+          "function": [{"name": "area", "description": "", "parameters": {
+              "type": "dict", "properties": {"base": {"type": "integer"}, "height": {"type": "integer"}},
+              "required": ["base", "height"]}}]}
+ANSWER = {"id": "simple_python_0", "ground_truth": [{"area": {"base": [10], "height": [5]}}]}
+MULTI = {"id": "multi_turn_base_0", "question": [[{"role": "user", "content": "Go to docs."}]],
+         "initial_config": {}, "involved_classes": ["GorillaFileSystem"]}
+MULTI_ANSWER = {"id": "multi_turn_base_0", "ground_truth": [["cd(folder='docs')"]]}
+
+
+def _write(root: Path, category: str, rows: list, answers: list | None) -> None:
+    (root / "bfcl" / "possible_answer").mkdir(parents=True, exist_ok=True)
+    lines = lambda xs: "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in xs)  # noqa: E731
+    (root / "bfcl" / f"BFCL_v4_{category}.json").write_text(lines(rows))
+    if answers is not None:
+        (root / "bfcl" / "possible_answer" / f"BFCL_v4_{category}.json").write_text(lines(answers))
+
+
+@pytest.mark.parametrize("category,rows,answers,match", [
+    ("simple_python", ['{"id": "simple_python_0", "question": [[', SIMPLE], [ANSWER], r"BFCL_v4_simple_python\.json.*line 1"),
+    ("simple_python", [{k: v for k, v in SIMPLE.items() if k != "function"}], [ANSWER], "simple_python_0.*'function'"),
+    ("simple_python", [{"question": SIMPLE["question"]}], [ANSWER], "line 1 has no string 'id'"),
+    ("simple_python", [{**SIMPLE, "function": [{"name": "area"}]}], [ANSWER], "simple_python_0.*function schema"),
+    ("simple_python", [SIMPLE], [{"id": "simple_python_9", "ground_truth": []}], r"possible_answer.*simple_python_0"),
+    ("simple_python", [SIMPLE], None, "missing answer file"),
+    ("multi_turn_base", [MULTI], [{**MULTI_ANSWER, "ground_truth": [["cd(folder=docs)"]]}],
+     "multi_turn_base_0.*unreadable gold call"),
+    ("multi_turn_base", [MULTI], [{**MULTI_ANSWER, "ground_truth": []}], "multi_turn_base_0.*one ground_truth list"),
+    ("multi_turn_base", [{**MULTI, "involved_classes": ["Teleporter"]}], [MULTI_ANSWER], "unknown backend 'Teleporter'"),
+])
+def test_malformed_data_raises(tmp_path: Path, data_root: str, category, rows, answers, match) -> None:
+    _write(tmp_path, category, rows, answers)
+    docs = tmp_path / "bfcl" / "multi_turn_func_doc"
+    docs.mkdir()
+    src = Path(data_root) / "bfcl" / "multi_turn_func_doc" / "gorilla_file_system.json"
+    (docs / src.name).write_text(src.read_text())
+    with pytest.raises(DataError, match=match):
+        BFCLEnv(data_root=str(tmp_path), categories=[category])
+
+
+def test_well_formed_tiny_data(tmp_path: Path) -> None:
+    _write(tmp_path, "simple_python", [SIMPLE], [ANSWER])
+    env = BFCLEnv(data_root=str(tmp_path), categories=["simple_python"], eval_fraction=0.0)
+    (task,) = env.seed_tasks()
+    assert env.score(task, as_text([{"name": "area", "parameters": {"base": 10, "height": 5}}]))["accuracy"] == 1.0
+
+
+def test_missing_data_root(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="bfcl"):
+        BFCLEnv(data_root=str(tmp_path))
+    with pytest.raises(DataError, match="missing data file"):
+        (tmp_path / "bfcl").mkdir()
+        BFCLEnv(data_root=str(tmp_path), categories=["parallel"])
+
+
+def test_data_root_from_environment(monkeypatch: pytest.MonkeyPatch, data_root: str) -> None:
+    monkeypatch.setenv("GENENV_DATA_ROOT", data_root)
+    assert BFCLEnv(categories=["live_parallel"]).root == os.path.join(data_root, "bfcl")
