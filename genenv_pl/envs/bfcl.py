@@ -27,12 +27,12 @@ Scoring (`reward` = `score()["accuracy"]`, binary):
 - Relevance: call vs no call, as bfcl-eval. One difference, on purpose: a `<tool_call>` block
   that cannot be read is a format error and scores 0 in `irrelevance` too (bfcl-eval counts
   any undecodable output as "no call", which would reward garbage in our tagged format).
-- Multi-turn: the turn's calls must equal the gold calls in order (name and arguments;
-  arguments equal to the documented default count as omitted; positional gold arguments are
-  named from the function doc). bfcl-eval instead executes both call lists on its simulated
-  backends and compares states and results; this exact-sequence rule is stricter (it rejects
-  some equivalent call sequences) and needs no execution. The paper scores the long-context
-  multi-turn subset with turns scored independently, which is the default here.
+- Multi-turn: the turn's calls must equal the gold calls in order (name and arguments; an
+  argument given as None or as its documented default counts as omitted; positional gold
+  arguments are named from the function doc). bfcl-eval instead executes both call lists on its
+  simulated backends and compares states and results; this exact-sequence rule is stricter (it
+  rejects some equivalent call sequences) and needs no execution. The paper scores the
+  long-context multi-turn subset with turns scored independently, which is the default here.
 - No call where one is expected, or an unreadable `<tool_call>` block: accuracy 0, format_error 1.
 
 Split: an entry (all turns of a multi-turn dialogue together) goes to evaluation when
@@ -52,7 +52,7 @@ import os
 import re
 from typing import Any
 
-from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, resolve_data_root
+from genenv_pl.envs.base import DataError, Environment, Message, Task, resolve_data_root
 from genenv_pl.envs.toolcall import (
     ToolCall,
     ToolSchema,
@@ -276,11 +276,12 @@ def _normalized_args(call: ToolCall, tools: list[ToolSchema]) -> dict[str, Any]:
     tool = _tool_named(tools, call["name"]) or {}
     props = tool.get("parameters", {}).get("properties", {})
     return {k: v for k, v in call["parameters"].items()
-            if not ("default" in props.get(k, {}) and props[k]["default"] == v)}
+            if v is not None and not ("default" in props.get(k, {}) and props[k]["default"] == v)}
 
 
 def sequence_match(tools: list[ToolSchema], calls: list[ToolCall], gold: list[ToolCall]) -> bool:
-    """Same calls in the same order (name and arguments, defaults ignored)."""
+    """Same calls in the same order (name and arguments; an argument given as None or as its
+    documented default counts as omitted)."""
     return len(calls) == len(gold) and all(
         c["name"] == g["name"] and _normalized_args(c, tools) == _normalized_args(g, tools)
         for c, g in zip(calls, gold))

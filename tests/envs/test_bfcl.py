@@ -455,8 +455,10 @@ def _write(root: Path, category: str, rows: list, answers: list | None) -> None:
 
 
 @pytest.mark.parametrize("category,rows,answers,match", [
-    ("simple_python", ['{"id": "simple_python_0", "question": [[', SIMPLE], [ANSWER], r"BFCL_v4_simple_python\.json.*line 1"),
-    ("simple_python", [{k: v for k, v in SIMPLE.items() if k != "function"}], [ANSWER], "simple_python_0.*'function'"),
+    ("simple_python", ['{"id": "simple_python_0", "question": [[', SIMPLE], [ANSWER],
+     r"BFCL_v4_simple_python\.json.*line 1"),
+    ("simple_python", [{k: v for k, v in SIMPLE.items() if k != "function"}], [ANSWER],
+     "simple_python_0.*'function'"),
     ("simple_python", [{"question": SIMPLE["question"]}], [ANSWER], "line 1 has no string 'id'"),
     ("simple_python", [{**SIMPLE, "function": [{"name": "area"}]}], [ANSWER], "simple_python_0.*function schema"),
     ("simple_python", [SIMPLE], [{"id": "simple_python_9", "ground_truth": []}], r"possible_answer.*simple_python_0"),

@@ -204,6 +204,20 @@ def test_parse_generated_task_bad(label: str, text: str, reason: str) -> None:
     assert err.value.reason == reason
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(["question", "tools", "calls", "name", "parameters", "required"]),
+                       json_values | st.lists(json_values | st.sampled_from(["get_weather", WEATHER]), max_size=3),
+                       max_size=4))
+def test_parse_generated_task_only_raises_invalid_task(obj: dict) -> None:
+    """Arbitrary JSON-shaped generations are either accepted or rejected with InvalidTask."""
+    try:
+        task = parse_generated_task(json.dumps(obj), SEED_TOOLS)
+    except InvalidTask as e:
+        assert e.reason
+    else:
+        assert task.question and task.tools
+
+
 @pytest.mark.parametrize("value,spec,fits", [
     (3, {"type": "integer"}, True), (3.0, {"type": "integer"}, False), (True, {"type": "integer"}, False),
     (3, {"type": "float"}, True), (2.5, {"type": "number"}, True), ("x", {"type": "String"}, True),
