@@ -1,0 +1,309 @@
+"""ALFWorld as single decision steps (the GenEnv paper's protocol) plus episode success.
+
+Data: `<data_root>/alfworld/json_2.1.1/{valid_seen,valid_unseen}/<task dir>/<trial>/game.tw-pddl`
+(see that folder's SOURCE.md). Every walkthrough is replayed in the real engine
+(`alfworld_game.py`) and cut into steps: task text + first observation + expert history (actions
+with the engine's feedback) + the admissible commands -> the next expert action.
+
+Reward: 1.0 when the command read from the agent's `<response>` equals the gold after
+normalization (lowercase, single spaces, no trailing period; old "put X in/on Y" = "move X to Y"),
+else 0.0. `score` adds `format_error` and `admissible` (the command is one the game accepts).
+`evaluate_episodes` plays whole games with any `act(messages) -> str` callable (<= 50 steps)
+and reports success overall, per task type and per split.
+
+Split (deterministic, disjoint by game): only valid_seen / valid_unseen are shipped, so seeds come
+from valid_seen. A task directory `valid_seen/<task dir>` is a seed game when
+sha256(f"{split_salt}:{split}/{task dir}") mapped to [0, 1) is below `seed_fraction` (0.5);
+all its trials go with it (trials of one directory share the scene and the goal). Every other
+game of `eval_splits` — all of valid_unseen and the rest of valid_seen — is evaluation. The rule
+reads each game's own name only, so adding games (e.g. the held-back ones) never moves another.
+Task groups are "<split>/<task type>".
+
+Simulator: writes one new step as JSON (task, observation, history, admissible_commands?, gold).
+`parse_task` checks the gold and history commands against the command grammar and that every
+object the gold names appears in the observation text; anything else raises InvalidTask.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from typing import Any
+
+from genenv_pl.envs.alfworld_game import (
+    EpisodeReport,
+    GameRef,
+    Policy,
+    evaluate_episodes,
+    extract_steps,
+    list_games,
+)
+from genenv_pl.envs.alfworld_grammar import (
+    NON_GOLD_VERBS,
+    actions_match,
+    agent_messages,
+    canonical_action,
+    mentioned_objects,
+    normalize_action,
+    parse_agent_output,
+    parse_command,
+)
+from genenv_pl.envs.base import Environment, InvalidTask, Message, Task, resolve_data_root
+from genenv_pl.envs.text_metrics import strip_tag_blocks
+
+_MAX_TASK_CHARS = 16_000  # a generated step longer than this is rejected (prompt budget)
+_MAX_HISTORY = 60
+_MAX_ADMISSIBLE = 300
+
+
+def split_bucket(key: str, salt: str) -> float:
+    """A stable pseudo-random number in [0, 1) for `key` (same on every machine and run)."""
+    return int(hashlib.sha256(f"{salt}:{key}".encode()).hexdigest()[:12], 16) / 16**12
+
+
+class ALFWorldEnv(Environment):
+    name = "alfworld"
+    success_threshold = 1.0
+
+    def __init__(
+        self,
+        data_root: str | None = None,
+        cache_dir: str | None = None,
+        seed_split: str = "valid_seen",
+        seed_fraction: float = 0.5,
+        eval_splits: tuple[str, ...] | list[str] = ("valid_unseen", "valid_seen"),
+        max_games_per_split: int | None = None,
+        history_window: int | None = None,
+        show_admissible: bool = True,
+        max_episode_steps: int = 50,
+        split_salt: str = "alfworld-v1",
+    ) -> None:
+        self.root = resolve_data_root(data_root, "alfworld")
+        self.cache_dir = cache_dir
+        self.seed_split = seed_split
+        self.seed_fraction = seed_fraction
+        self.eval_splits = tuple(eval_splits)
+        self.max_games_per_split = max_games_per_split
+        self.history_window = history_window
+        self.show_admissible = show_admissible
+        self.max_episode_steps = max_episode_steps
+        self.split_salt = split_salt
+        #: (game key, reason) for every game file skipped while loading steps
+        self.load_errors: list[tuple[str, str]] = []
+        self._steps: dict[str, list[Task]] = {}
+
+    # ---- split --------------------------------------------------------------------------
+    def is_seed_game(self, game: GameRef) -> bool:
+        bucket = split_bucket(f"{game.split}/{game.task_dir}", self.split_salt)
+        return game.split == self.seed_split and bucket < self.seed_fraction
+
+    def seed_games(self) -> list[GameRef]:
+        return self._limit([g for g in list_games(self.root, [self.seed_split]) if self.is_seed_game(g)])
+
+    def eval_games(self) -> list[GameRef]:
+        return self._limit([g for g in list_games(self.root, self.eval_splits) if not self.is_seed_game(g)])
+
+    def _limit(self, games: list[GameRef]) -> list[GameRef]:
+        """At most `max_games_per_split` per split, picked in hash order (spread over types)."""
+        if self.max_games_per_split is None:
+            return games
+        kept: list[GameRef] = []
+        for split in dict.fromkeys(g.split for g in games):
+            ranked = sorted((g for g in games if g.split == split), key=lambda g: split_bucket(g.key, self.split_salt))
+            kept += ranked[: self.max_games_per_split]
+        return sorted(kept, key=lambda g: g.key)
+
+    @property
+    def num_skipped(self) -> int:
+        return len(self.load_errors)
+
+    # ---- data ---------------------------------------------------------------------------
+    def seed_tasks(self) -> list[Task]:
+        return self._tasks("seed", self.seed_games())
+
+    def eval_tasks(self) -> list[Task]:
+        return self._tasks("eval", self.eval_games())
+
+    def _tasks(self, role: str, games: list[GameRef]) -> list[Task]:
+        if role not in self._steps:
+            report = extract_steps(games, self.cache_dir)
+            self.load_errors += report.skipped
+            tasks: list[Task] = []
+            for game in games:
+                steps = report.steps.get(game.key, [])
+                for i, step in enumerate(steps):
+                    tasks.append(Task(
+                        id=f"alfworld/{game.key}/{i}", data=step, difficulty=float(len(step["history"])),
+                        group=f"{game.split}/{game.task_type}",
+                        meta={"game": game.key, "split": game.split, "task_type": game.task_type,
+                              "step": i, "num_steps": len(steps)},
+                    ))
+            self._steps[role] = tasks
+        return list(self._steps[role])
+
+    # ---- agent side ---------------------------------------------------------------------
+    def agent_prompt(self, task: Task) -> list[Message]:
+        state = dict(task.data)
+        if not self.show_admissible:
+            state.pop("admissible_commands", None)
+        return agent_messages(state, self.history_window)
+
+    def reward(self, task: Task, response: str) -> float:
+        action, _ = parse_agent_output(response)
+        return float(actions_match(action, task.data["gold"]))
+
+    def score(self, task: Task, response: str) -> dict[str, float]:
+        action, well_formed = parse_agent_output(response)
+        admissible = task.data.get("admissible_commands")
+        if admissible:
+            ok = canonical_action(action) in {canonical_action(c) for c in admissible}
+        else:
+            ok = parse_command(action) is not None
+        return {"accuracy": float(actions_match(action, task.data["gold"])),
+                "format_error": float(not well_formed), "admissible": float(ok)}
+
+    def evaluate_episodes(self, act: Policy, games: list[GameRef] | None = None,
+                          max_steps: int | None = None) -> EpisodeReport:
+        """Episode success of `act` on the evaluation games (or `games`); no model code here."""
+        return evaluate_episodes(games if games is not None else self.eval_games(), act,
+                                 max_steps or self.max_episode_steps, self.history_window)
+
+    # ---- simulator side -----------------------------------------------------------------
+    def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:
+        if success_rate is None:
+            guide = "The agent's success rate on this seed is unknown: keep a similar difficulty."
+        elif success_rate > 0.6:
+            guide = (f"The agent solves variations of this seed {success_rate:.0%} of the time: make it "
+                     "harder (more distractor objects and receptacles, a longer history, a less obvious next step).")
+        elif success_rate < 0.4:
+            guide = (f"The agent solves variations of this seed only {success_rate:.0%} of the time: make it "
+                     "easier (fewer objects, a shorter history, an obvious next step).")
+        else:
+            guide = f"The agent solves variations of this seed {success_rate:.0%} of the time: keep the difficulty."
+        return [{"role": "system", "content": SIMULATOR_SYSTEM},
+                {"role": "user", "content": f"Seed step:\n{json.dumps(seed.data)}\n\n{guide}\n"
+                                            "Write one new step as a single JSON object."}]
+
+    def parse_task(self, text: str, seed: Task) -> Task:
+        data = validate_generated_step(_extract_json(text))
+        key = json.dumps(data, sort_keys=True)
+        return Task(
+            id=f"alfworld/gen/{hashlib.sha256(key.encode()).hexdigest()[:16]}", data=data,
+            difficulty=float(len(data["history"])), group=seed.group,
+            meta={"seed_id": seed.id, "generated": True, "task_type": seed.meta.get("task_type")},
+        )
+
+    # ---- warm start of tiny models --------------------------------------------------------
+    def warm_start_examples(self, role: str, n: int, seed: int) -> list[tuple[list[Message], str]]:
+        seeds = self.seed_tasks()
+        if not seeds:
+            return []
+        rng = random.Random(seed)
+        targets = [t for t in seeds if _is_valid_step(t.data)] if role == "simulator" else seeds
+        if not targets:
+            return []
+        out: list[tuple[list[Message], str]] = []
+        for _ in range(n):
+            task = rng.choice(seeds)
+            if role == "agent":
+                out.append((self.agent_prompt(task), f"<think>Next step toward the goal.</think>\n"
+                                                     f"<response>{task.data['gold']}</response>"))
+            elif role == "simulator":
+                # targets must pass our own validator (some expert steps name objects never shown)
+                same = [t for t in targets if t.group == task.group and t.id != task.id] or targets
+                out.append((self.simulator_prompt(task, None), json.dumps(rng.choice(same).data)))
+            else:
+                raise ValueError(f"unknown role {role!r}")
+        return out
+
+    def tokenizer_corpus(self) -> list[str]:
+        corpus: list[str] = [SIMULATOR_SYSTEM]
+        for task in self.seed_tasks():
+            corpus += [m["content"] for m in self.agent_prompt(task)] + [json.dumps(task.data)]
+        return corpus
+
+
+SIMULATOR_SYSTEM = (
+    "You write training tasks for an agent in a household text game (ALFWorld). A task is ONE "
+    "decision step: the goal, the first observation, the actions taken so far with the game's "
+    "answers, optionally the commands the game accepts now, and the single correct next command.\n"
+    "Write a variation of the seed step: change objects, receptacles, numbers, the room, the goal "
+    "or the point in the episode, but keep it consistent.\n"
+    "Objects are named '<name> <number>' (e.g. 'apple 1', 'countertop 2'). Commands: go to X, "
+    "take X from Y, move X to Y, open X, close X, use X, examine X, clean X with Y, heat X with Y, "
+    "cool X with Y, slice X with Y, look, inventory. Every object in the gold command must appear in "
+    "the observation or in the game's answers in the history; the gold command must be in "
+    "admissible_commands when you give that list.\n"
+    'Output only JSON: {"task": str, "observation": str, "history": [{"action": str, '
+    '"observation": str}, ...], "admissible_commands": [str, ...], "gold": str}'
+)
+
+
+def _extract_json(text: str) -> dict[str, Any]:
+    """The first JSON object in the text (after any <think> block). Never evaluates the text."""
+    body = strip_tag_blocks(text or "", "think")[:_MAX_TASK_CHARS * 2]
+    decoder = json.JSONDecoder()
+    start = body.find("{")
+    for _ in range(20):  # bounded: a few stray braces before the object are tolerated
+        if start < 0:
+            break
+        try:
+            obj, _ = decoder.raw_decode(body, start)
+            if isinstance(obj, dict):
+                return obj
+        except json.JSONDecodeError:
+            pass
+        start = body.find("{", start + 1)
+    raise InvalidTask("unparseable", "no JSON object")
+
+
+def _is_valid_step(data: dict[str, Any]) -> bool:
+    try:
+        return validate_generated_step(data) == data
+    except InvalidTask:
+        return False
+
+
+def validate_generated_step(obj: dict[str, Any]) -> dict[str, Any]:
+    """The step data of a generated task, normalized; InvalidTask(reason) when unusable."""
+    if len(json.dumps(obj)) > _MAX_TASK_CHARS:
+        raise InvalidTask("too_long")
+    task, observation = obj.get("task"), obj.get("observation")
+    gold = next((obj[k] for k in ("gold", "action", "gold_action") if k in obj), None)
+    if not all(isinstance(v, str) and v.strip() for v in (task, observation, gold)):
+        raise InvalidTask("missing_field", "task, observation and gold must be non-empty strings")
+    task = task.strip()
+    if task.lower().startswith("your task is to:"):
+        task = task[len("your task is to:"):].strip()
+
+    history = obj.get("history") or []
+    if not isinstance(history, list) or len(history) > _MAX_HISTORY:
+        raise InvalidTask("bad_history", "history must be a list of at most 60 steps")
+    steps: list[dict[str, str]] = []
+    for h in history:
+        pair = (h.get("action"), h.get("observation")) if isinstance(h, dict) else tuple(h) if isinstance(h, list) else ()
+        if len(pair) != 2 or not all(isinstance(v, str) for v in pair) or parse_command(pair[0]) is None:
+            raise InvalidTask("bad_history", f"not an (action, observation) pair in the grammar: {h!r}"[:200])
+        steps.append({"action": canonical_action(pair[0]), "observation": pair[1].strip()})
+
+    command = parse_command(gold)
+    if command is None or command.verb in NON_GOLD_VERBS:
+        raise InvalidTask("bad_action", f"gold {gold!r} is outside the command grammar"[:200])
+    seen = mentioned_objects(" ".join([observation] + [s["observation"] for s in steps]))
+    missing = [o for o in command.objects if o not in seen]
+    if missing:
+        raise InvalidTask("unknown_object", f"{missing} not in the observation")
+    gold = canonical_action(gold)
+
+    data: dict[str, Any] = {"task": task, "observation": observation.strip(), "history": steps}
+    admissible = obj.get("admissible_commands")
+    if admissible is not None:
+        if (not isinstance(admissible, list) or not admissible or len(admissible) > _MAX_ADMISSIBLE
+                or not all(isinstance(c, str) and parse_command(c) for c in admissible)):
+            raise InvalidTask("bad_admissible", "admissible_commands must be commands in the grammar")
+        admissible = list(dict.fromkeys(normalize_action(c) for c in admissible))
+        if gold not in {canonical_action(c) for c in admissible}:
+            raise InvalidTask("not_admissible", f"gold {gold!r} is not in admissible_commands")
+        data["admissible_commands"] = admissible
+    data["gold"] = gold
+    return data
