@@ -1,0 +1,5 @@
+from callbacks.alpha_curriculum import AlphaCurriculumCallback
+from callbacks.progress import RolloutProgress
+from callbacks.samples import SampleTableCallback
+
+__all__ = ["AlphaCurriculumCallback", "RolloutProgress", "SampleTableCallback"]

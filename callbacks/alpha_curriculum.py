@@ -1,0 +1,56 @@
+"""AlphaCurriculumCallback: the alpha-Curriculum Reward and band filter (GenEnv section 2, 5-6).
+
+The DataModule asks this callback to score each seed batch while it builds the epoch's data
+(the train dataloader is rebuilt before on_train_epoch_start, so scoring cannot wait for a
+later hook). At the end of the epoch the callback logs the alpha-zone metrics."""
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+
+from genenv_pl.curriculum import alpha_reward, in_band
+
+
+class AlphaCurriculumCallback(L.Callback):
+    def __init__(self, alpha: float = 0.5, beta: float = 2.0, filtering_k: float = 0.1, print_every_n_epochs: int = 1):
+        """
+        Args:
+            alpha: target success rate of generated tasks (the paper's 0.5).
+            beta: sharpness of R_env = exp(-beta (p_hat - alpha)^2); the paper leaves it open, the
+                reference config declares 2.0.
+            filtering_k: k_min; seed batches with |p_hat - alpha| > k_min skip the simulator update.
+            print_every_n_epochs: how often to print a one-line epoch summary (0: never).
+        """
+        super().__init__()
+        self.alpha, self.beta, self.filtering_k = alpha, beta, filtering_k
+        self.print_every_n_epochs = print_every_n_epochs
+
+    def score(self, batches) -> None:
+        """Set r_env and in_band on each seed batch that has a difficulty estimate p_hat."""
+        for b in batches:
+            if b.p_hat is None:
+                b.r_env, b.in_band = None, False
+                continue
+            p = torch.tensor(b.p_hat)
+            b.r_env = float(alpha_reward(p, self.alpha, self.beta))
+            b.in_band = bool(in_band(p, self.alpha, self.filtering_k))
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        stats = getattr(trainer.datamodule, "last_round", None)
+        if stats is None:
+            return
+        metrics = {k: v for k, v in stats.metrics.items() if not math.isnan(v)}
+        pl_module.log_dict(metrics, on_step=False, on_epoch=True)
+        n = self.print_every_n_epochs
+        if n and (trainer.current_epoch % n == 0 or trainer.current_epoch == trainer.max_epochs - 1):
+            m = stats.metrics
+            cb = trainer.callback_metrics
+            rank_zero_info(
+                f"epoch {trainer.current_epoch:4d} | success {m['coevo/success_rate']:.2f} "
+                f"in-band {m['coevo/in_band_frac']:.2f} difficulty {m['coevo/difficulty']:.2f} "
+                f"invalid {m['coevo/invalid_rate']:.2f} | agent loss {float(cb.get('agent/loss', float('nan'))):+.4f} "
+                f"zero-std {m['agent/zero_std_frac']:.2f} | {m['perf/rollout_tokens_per_s']:.0f} tok/s"
+            )

@@ -1,0 +1,38 @@
+"""Generation backends: turn prompt strings into sampled continuations with their log-probs.
+
+A backend knows nothing of environments or rewards; it only samples from a `Policy`."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from genenv_pl.policy import Policy
+
+
+@dataclass
+class SamplingParams:
+    """How to sample. `n` continuations per prompt; greedy ignores temperature and top_p."""
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n: int = 1
+    greedy: bool = False
+
+
+@dataclass
+class Generation:
+    prompt_ids: list[int]
+    response_ids: list[int]  # up to and including EOS when the model stopped
+    text: str  # decoded response without special tokens
+    logprobs: list[float]  # log p of each response token under the (temperature-scaled) policy
+    finished: bool  # stopped on EOS rather than on max_new_tokens
+
+
+class GenerationBackend(ABC):
+    @abstractmethod
+    def generate(self, policy: Policy, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
+        """For each prompt, `params.n` generations (outer list aligned with `prompts`)."""
+
+    def sync_weights(self, policy: Policy) -> None:
+        """Push the policy's current weights to the engine (a no-op for in-process HF)."""

@@ -1,0 +1,74 @@
+"""Hugging Face `generate` backend: samples in-process from the training model."""
+from __future__ import annotations
+
+import torch
+
+from genenv_pl.backends.base import Generation, GenerationBackend, SamplingParams
+from genenv_pl.policy import Policy
+
+
+class HFBackend(GenerationBackend):
+    def __init__(self, max_batch_size: int = 512):
+        # Rows per `generate` call (prompts x n); bounds activation and KV-cache memory.
+        self.max_batch_size = max_batch_size
+
+    @torch.no_grad()
+    def generate(self, policy: Policy, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
+        model = policy.model
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        prompt_ids = policy.encode(prompts)
+        rows = [i for i in range(len(prompts)) for _ in range(params.n)]
+        results: list[list[Generation]] = [[] for _ in prompts]
+        try:
+            for start in range(0, len(rows), self.max_batch_size):
+                chunk = rows[start : start + self.max_batch_size]
+                for i, gen in zip(chunk, self._generate_chunk(policy, [prompt_ids[i] for i in chunk], params, device)):
+                    results[i].append(gen)
+        finally:
+            model.train(was_training)
+        return results
+
+    def _generate_chunk(self, policy: Policy, ids: list[list[int]], params: SamplingParams, device) -> list[Generation]:
+        T = max(len(x) for x in ids)
+        pad, eos = policy.pad_id, policy.eos_id
+        input_ids = torch.full((len(ids), T), pad, dtype=torch.long)
+        attention_mask = torch.zeros((len(ids), T), dtype=torch.long)
+        for r, x in enumerate(ids):  # left padding: generation continues at the right edge
+            input_ids[r, T - len(x) :] = torch.tensor(x, dtype=torch.long)
+            attention_mask[r, T - len(x) :] = 1
+        sample = not params.greedy
+        out = policy.model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            max_new_tokens=params.max_new_tokens,
+            do_sample=sample,
+            temperature=params.temperature if sample else None,
+            top_p=params.top_p if sample else None,
+            top_k=0 if sample else None,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        new = out.sequences[:, T:]
+        temperature = params.temperature if sample else 1.0
+        logits = torch.stack(out.logits, dim=1).float() / temperature  # raw logits, before top-p
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        gens = []
+        for r in range(len(ids)):
+            toks = new[r].tolist()
+            finished = eos in toks
+            n = toks.index(eos) + 1 if finished else len(toks)
+            resp = toks[:n]
+            gens.append(
+                Generation(
+                    prompt_ids=ids[r],
+                    response_ids=resp,
+                    text=policy.tokenizer.decode(resp, skip_special_tokens=True),
+                    logprobs=logp[r, :n].tolist(),
+                    finished=finished,
+                )
+            )
+        return gens

@@ -1,0 +1,38 @@
+"""Packing prompt + response token ids into right-padded training tensors."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+
+def pack(
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    pad_id: int,
+    response_logprobs: Sequence[Sequence[float]] | None = None,
+) -> dict[str, Tensor]:
+    """Rows are [prompt, response, pad...]. Positions therefore start at 0 in every row, which is
+    what `generate` used for left-padded prompts (it derives positions from the attention mask).
+
+    Returns input_ids, attention_mask, response_mask (1 on response tokens) and, if given,
+    old_logp aligned with input_ids (0 outside the response)."""
+    lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+    T = max(lengths, default=1)
+    B = len(lengths)
+    input_ids = torch.full((B, T), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((B, T), dtype=torch.long)
+    response_mask = torch.zeros((B, T), dtype=torch.float32)
+    old_logp = torch.zeros((B, T), dtype=torch.float32) if response_logprobs is not None else None
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        n_p, n_r = len(p), len(r)
+        input_ids[i, : n_p + n_r] = torch.tensor(list(p) + list(r), dtype=torch.long)
+        attention_mask[i, : n_p + n_r] = 1
+        response_mask[i, n_p : n_p + n_r] = 1.0
+        if old_logp is not None:
+            old_logp[i, n_p : n_p + n_r] = torch.tensor(list(response_logprobs[i]), dtype=torch.float32)
+    out = {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": response_mask}
+    if old_logp is not None:
+        out["old_logp"] = old_logp
+    return out

@@ -1,0 +1,48 @@
+"""Typed configuration groups. Every field is settable from YAML or the command line."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from genenv_pl.backends.base import SamplingParams
+
+
+@dataclass
+class GRPOConfig:
+    """Agent update (GenEnv section 2, step 7). Defaults are the paper's."""
+
+    clip_eps: float = 0.2
+    kl_coef: float = 0.001  # low_var_kl (k3) to the frozen initial agent; 0 drops the reference model
+    entropy_coef: float = 0.001
+    grad_clip: float = 1.0
+    adv_eps: float = 1e-6
+
+
+@dataclass
+class RWRConfig:
+    """Simulator update (GenEnv section 2, step 8): reward-weighted regression on in-band samples."""
+
+    rwr_lambda: float = 1.0  # w ∝ exp(lambda * R_env), normalized to mean 1 over the update
+    kl_coef: float = 0.1  # KL penalty to the initial simulator
+    kl_cap: float = 0.05  # skip a simulator step once its KL to the generating policy exceeds this
+    grad_clip: float = 1.0
+
+
+@dataclass
+class CoevoConfig:
+    """One co-evolution epoch: seeds -> K variations -> G rollouts each -> updates."""
+
+    seeds_per_epoch: int = 64
+    num_generations_per_prompt: int = 4  # K: simulator variations per seed
+    group_size: int = 8  # G: agent rollouts per task
+    base_tasks_per_epoch: int = 0  # seed tasks the agent also trains on each epoch
+    replay_tasks_per_epoch: int = 0  # tasks replayed from the D_train pool each epoch
+    agent_batch_size: int = 64  # tasks (groups of G rollouts) per agent optimizer step
+    sim_batch_size: int = 256  # simulator samples per simulator optimizer step
+    drop_zero_std_groups: bool = False  # skip groups with equal rewards (no advantage; saves compute)
+    success_ema: float = 0.5  # smoothing of each seed's success rate shown to the simulator
+    train_simulator: bool = True  # False gives "GenEnv-Random": the simulator generates but never learns
+    agent_sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256))
+    sim_sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=512))
+    eval_max_new_tokens: int = 256
+    eval_batch_size: int = 64
+    keep_rollout_text: bool = True  # store rollout texts in D_train (checkpoint size grows with it)

@@ -1,0 +1,213 @@
+"""GenEnvDataModule: regenerates the training data every epoch from the simulator.
+
+`train_dataloader()` runs once per epoch (Trainer(reload_dataloaders_every_n_epochs=1)) and
+does the generation half of the epoch: seed batch -> simulator variations -> agent rollouts ->
+rewards -> p_hat -> alpha-curriculum scores (from AlphaCurriculumCallback) -> pools. It returns
+the epoch's update steps; GenEnvModule.training_step turns each into optimizer steps.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from genenv_pl.batching import pack
+from genenv_pl.coevo import Group, SeedBatch, generate_tasks, rollout
+from genenv_pl.config import CoevoConfig
+from genenv_pl.curriculum import success_rate
+from genenv_pl.envs import Environment, Task, make_env
+from genenv_pl.losses import group_advantages
+
+
+@dataclass
+class RoundStats:
+    """What one epoch's generation produced; read by the callbacks for logging."""
+
+    epoch: int
+    batches: list[SeedBatch] = field(default_factory=list)
+    groups: list[Group] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _collate_tasks(items: list[dict]) -> list[Task]:
+    return [Task.from_dict(d) for d in items]
+
+
+class GenEnvDataModule(L.LightningDataModule):
+    def __init__(self, env: str = "arithmetic", env_args: dict[str, Any] | None = None,
+                 coevo: CoevoConfig | None = None, seed: int = 0):
+        """
+        Args:
+            env: registered environment name (see genenv_pl/envs/__init__.py).
+            env_args: constructor arguments of that environment (data_root, splits, ...).
+            coevo: sizes of one co-evolution epoch and sampling settings.
+            seed: seeds the choice of seed tasks, replay and step order.
+        """
+        super().__init__()
+        self.env: Environment = make_env(env, **(env_args or {}))
+        self.cfg = coevo or CoevoConfig()
+        self.seed = seed
+        self.rng = random.Random(seed)
+        from genenv_pl.pools import Pools
+
+        self.pools = Pools()
+        self.success_rates: dict[str, float] = {}  # seed id -> EMA of p_hat of its variations
+        self.last_round: RoundStats | None = None
+
+    # ---- Lightning data hooks -----------------------------------------------------------
+    def train_dataloader(self) -> DataLoader:
+        steps = self.generate_epoch()
+        return DataLoader(steps, batch_size=None, shuffle=False, num_workers=0)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._task_loader(self.env.eval_tasks())
+
+    def test_dataloader(self) -> DataLoader:
+        return self._task_loader(self.env.eval_tasks())
+
+    def _task_loader(self, tasks: list[Task]) -> DataLoader:
+        return DataLoader([t.to_dict() for t in tasks], batch_size=self.cfg.eval_batch_size, shuffle=False,
+                          collate_fn=_collate_tasks)
+
+    # ---- one epoch of generation --------------------------------------------------------
+    def generate_epoch(self) -> list[dict[str, Any]]:
+        trainer = self.trainer
+        module = trainer.lightning_module
+        curriculum = _find_curriculum(trainer)
+        progress = _find_progress(trainer)
+        epoch = trainer.current_epoch
+        cfg = self.cfg
+        t0 = time.perf_counter()
+
+        seeds_all = self.env.seed_tasks()
+        seeds = self.rng.sample(seeds_all, k=min(cfg.seeds_per_epoch, len(seeds_all)))
+        sim_params = _with_n(cfg.sim_sampling, cfg.num_generations_per_prompt)
+        batches = generate_tasks(self.env, module.simulator, module.backend, seeds, self.success_rates, sim_params, progress)
+
+        work: list[tuple[Task, str, int | None]] = [(t, "fresh", i) for i, b in enumerate(batches) for t in b.tasks]
+        work += [(t, "base", None) for t in self.rng.sample(seeds_all, k=min(cfg.base_tasks_per_epoch, len(seeds_all)))]
+        work += [(t, "replay", None) for t in self.pools.sample_train_tasks(self.rng, cfg.replay_tasks_per_epoch)]
+        groups = rollout(self.env, module.agent, module.backend, work, _with_n(cfg.agent_sampling, cfg.group_size), progress)
+        gen_seconds = time.perf_counter() - t0
+
+        for g in groups:
+            if g.seed_index is not None:
+                batches[g.seed_index].successes.extend(g.successes)
+        for b in batches:
+            if b.successes:
+                b.p_hat = float(success_rate(torch.tensor(b.successes)))
+                old = self.success_rates.get(b.seed.id)
+                self.success_rates[b.seed.id] = b.p_hat if old is None else cfg.success_ema * old + (1 - cfg.success_ema) * b.p_hat
+        curriculum.score(batches)  # sets r_env and in_band on each seed batch
+
+        for g in groups:
+            if g.source == "fresh":
+                self.pools.add_train(epoch, g.task, g.rewards, [r.text for r in g.rollouts] if cfg.keep_rollout_text else None)
+        sim_samples = [(b, g) for b in batches if b.in_band for g in b.task_generations] if cfg.train_simulator else []
+        for b, g in sim_samples:
+            self.pools.add_env(epoch, b.seed.id, b.prompt, g.text, b.p_hat, b.r_env)
+
+        steps, zero_std_frac = self._build_steps(groups, sim_samples, module.agent.pad_id, module.simulator.pad_id)
+        self.last_round = RoundStats(epoch, batches, groups, self._metrics(batches, groups, zero_std_frac, gen_seconds))
+        return steps
+
+    def _build_steps(self, groups: list[Group], sim_samples: list[tuple[SeedBatch, Any]], agent_pad: int, sim_pad: int):
+        cfg = self.cfg
+        agent_groups, zero = [], 0
+        for g in groups:
+            adv, zero_std = group_advantages(torch.tensor([g.rewards], dtype=torch.float32))
+            zero += int(zero_std.item())
+            if zero_std.item() and cfg.drop_zero_std_groups:
+                continue
+            agent_groups.append((g, adv[0]))
+        self.rng.shuffle(agent_groups)
+        self.rng.shuffle(sim_samples)
+        agent_chunks = [agent_groups[i : i + cfg.agent_batch_size] for i in range(0, len(agent_groups), cfg.agent_batch_size)]
+        sim_chunks = [sim_samples[i : i + cfg.sim_batch_size] for i in range(0, len(sim_samples), cfg.sim_batch_size)]
+        n_steps = max(len(agent_chunks), len(sim_chunks), 1)  # an empty epoch still runs (and logs) one step
+        steps = []
+        for i in range(n_steps):
+            step: dict[str, Any] = {"agent": None, "sim": None}
+            if i < len(agent_chunks):
+                rows = [(r, a) for g, adv in agent_chunks[i] for r, a in zip(g.rollouts, adv.tolist())]
+                step["agent"] = pack([r.prompt_ids for r, _ in rows], [r.response_ids for r, _ in rows], agent_pad,
+                                     [r.logprobs for r, _ in rows])
+                step["agent"]["advantages"] = torch.tensor([a for _, a in rows], dtype=torch.float32)
+            if i < len(sim_chunks):
+                gens = [g for _, g in sim_chunks[i]]
+                step["sim"] = pack([g.prompt_ids for g in gens], [g.response_ids for g in gens], sim_pad,
+                                   [g.logprobs for g in gens])
+                step["sim"]["r_env"] = torch.tensor([b.r_env for b, _ in sim_chunks[i]], dtype=torch.float32)
+            steps.append(step)
+        return steps, zero / max(len(groups), 1)
+
+    @staticmethod
+    def _metrics(batches: list[SeedBatch], groups: list[Group], zero_std_frac: float, seconds: float) -> dict[str, float]:
+        scored = [b for b in batches if b.p_hat is not None]
+        n_gen = sum(len(b.generations) for b in batches)
+        n_invalid = sum(sum(b.invalid.values()) for b in batches)
+        fresh = [t for b in batches for t in b.tasks]
+        tokens = sum(len(g.response_ids) for b in batches for g in b.generations)
+        tokens += sum(len(r.response_ids) for g in groups for r in g.rollouts)
+        mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+        return {
+            "coevo/success_rate": mean([b.p_hat for b in scored]),
+            "coevo/alpha_reward": mean([b.r_env for b in scored]),
+            "coevo/in_band_frac": mean([float(b.in_band) for b in scored]),
+            "coevo/invalid_rate": n_invalid / max(n_gen, 1),
+            "coevo/duplicate_rate": sum(b.duplicates for b in batches) / max(n_gen, 1),
+            "coevo/difficulty": mean([t.difficulty for t in fresh]),
+            "coevo/valid_tasks": float(len(fresh)),
+            "agent/zero_std_frac": zero_std_frac,
+            "agent/train_reward": mean([r for g in groups for r in g.rewards]),
+            "perf/rollout_tokens_per_s": tokens / max(seconds, 1e-9),
+            "perf/generation_seconds": seconds,
+        }
+
+    # ---- checkpointing: pools and per-seed statistics survive a restart ----------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"pools": self.pools.state_dict(), "success_rates": dict(self.success_rates),
+                "rng": _rng_to_list(self.rng.getstate())}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pools.load_state_dict(state["pools"])
+        self.success_rates = dict(state["success_rates"])
+        self.rng.setstate(_rng_from_list(state["rng"]))
+
+
+def _with_n(params, n: int):
+    from dataclasses import replace
+
+    return replace(params, n=n)
+
+
+def _rng_to_list(state) -> list:
+    version, internal, gauss = state
+    return [version, list(internal), gauss]
+
+
+def _rng_from_list(state) -> tuple:
+    version, internal, gauss = state
+    return (version, tuple(internal), gauss)
+
+
+def _find_curriculum(trainer):
+    from callbacks.alpha_curriculum import AlphaCurriculumCallback
+
+    for cb in trainer.callbacks:
+        if isinstance(cb, AlphaCurriculumCallback):
+            return cb
+    raise RuntimeError("GenEnvDataModule needs an AlphaCurriculumCallback in trainer.callbacks "
+                       "(it scores seed batches for the simulator update)")
+
+
+def _find_progress(trainer):
+    for cb in trainer.callbacks:
+        if hasattr(cb, "on_rollout_progress"):
+            return lambda phase, done, total, _cb=cb: _cb.on_rollout_progress(trainer, phase, done, total)
+    return None

@@ -1,0 +1,177 @@
+"""The embedded default environment: multi-digit addition with a difficulty ladder.
+
+Level d means two d-digit operands. Numbers are written lowest digit first and zero-padded to a
+fixed width (max_level digits, the answer max_level + 1): each answer digit then sits at a fixed
+distance from the two digits and the carry it depends on, which makes the task learnable by a
+tiny transformer in about a minute on a CPU.
+
+The simulator writes only the expression; the environment validates it and computes the
+answer itself, so a simulator cannot earn reward by writing wrong answers.
+"""
+from __future__ import annotations
+
+import random
+import re
+
+from genenv_pl.envs.base import Environment, InvalidTask, Message, Task
+
+_EXPR = re.compile(r"(\d+)\+(\d+)")
+
+
+def _rev(n: int, width: int) -> str:
+    return str(n).zfill(width)[::-1]
+
+
+def _unrev(s: str) -> int:
+    return int(s[::-1])
+
+
+class ArithmeticEnv(Environment):
+    name = "arithmetic"
+
+    def __init__(
+        self,
+        max_level: int = 6,
+        seed_levels: list[int] | None = None,
+        seeds_per_level: int = 8,
+        eval_per_level: int = 100,
+        warm_start_levels: list[int] | None = None,
+        warm_start_noise: float = 0.3,
+        split_seed: int = 0,
+    ):
+        """
+        Args:
+            max_level: largest operand length; longer generated expressions are invalid.
+            seed_levels: levels of the seed tasks shown to the simulator (default 1..max_level).
+            seeds_per_level: seed tasks per seed level.
+            eval_per_level: held-out tasks per level 1..max_level (fixed, never trained on).
+            warm_start_levels: levels the agent's supervised warm start covers (default 1..3);
+                the levels above are what co-evolution has to teach.
+            warm_start_noise: fraction of simulator warm-start targets at a random level instead
+                of the success-driven shift, so the simulator starts out able to write any level.
+            split_seed: seeds the generation of seed and evaluation tasks.
+        """
+        self.max_level = max_level
+        self.seed_levels = seed_levels or list(range(1, max_level + 1))
+        self.seeds_per_level = seeds_per_level
+        self.eval_per_level = eval_per_level
+        self.warm_start_levels = warm_start_levels or [1, 2, 3]
+        self.warm_start_noise = warm_start_noise
+        self.split_seed = split_seed
+        self._eval = self._make_tasks("eval", range(1, max_level + 1), eval_per_level, split_seed + 1)
+        eval_keys = {self.task_key(t) for t in self._eval}
+        # Seeds never coincide with held-out items.
+        self._seeds = [t for t in self._make_tasks("seed", self.seed_levels, seeds_per_level, split_seed + 2)
+                       if self.task_key(t) not in eval_keys]
+        self._eval_keys = eval_keys
+
+    # ---- tasks --------------------------------------------------------------------------
+    def make_task(self, a: int, b: int, level: int, id: str) -> Task:
+        return Task(id=id, data={"a": a, "b": b, "level": level}, difficulty=float(level), group=f"level{level}")
+
+    def _random_task(self, rng: random.Random, level: int, id: str) -> Task:
+        lo, hi = 10 ** (level - 1), 10**level - 1
+        return self.make_task(rng.randint(lo, hi), rng.randint(lo, hi), level, id)
+
+    def _make_tasks(self, prefix: str, levels, per_level: int, seed: int) -> list[Task]:
+        rng = random.Random(seed)
+        tasks, seen = [], set()
+        for level in levels:
+            n = 0
+            while n < per_level:
+                t = self._random_task(rng, level, f"{prefix}-L{level}-{n}")
+                if self.task_key(t) in seen and level > 1:
+                    continue
+                seen.add(self.task_key(t))
+                tasks.append(t)
+                n += 1
+        return tasks
+
+    def seed_tasks(self) -> list[Task]:
+        return list(self._seeds)
+
+    def eval_tasks(self) -> list[Task]:
+        return list(self._eval)
+
+    def task_key(self, task: Task) -> str:
+        return f"{task.data['level']}:{task.data['a']}+{task.data['b']}"
+
+    def expression(self, task: Task) -> str:
+        w = self.max_level
+        return f"{_rev(task.data['a'], w)}+{_rev(task.data['b'], w)}"
+
+    def answer(self, task: Task) -> str:
+        return _rev(task.data["a"] + task.data["b"], self.max_level + 1)
+
+    # ---- simulator ----------------------------------------------------------------------
+    @staticmethod
+    def success_bucket(success_rate: float | None) -> int:
+        """0..4; unknown success counts as the middle bucket."""
+        return 2 if success_rate is None else min(4, max(0, round(success_rate * 4)))
+
+    def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:
+        b = self.success_bucket(success_rate)
+        return [{"role": "user", "content": f"{self.expression(seed)}={self.answer(seed)};p{b}:"}]
+
+    def parse_task(self, text: str, seed: Task) -> Task:
+        s = text.strip()
+        if not s:
+            raise InvalidTask("empty")
+        m = _EXPR.fullmatch(s)
+        if m is None:
+            raise InvalidTask("unparseable", s[:40])
+        ra, rb = m.groups()
+        if max(len(ra), len(rb)) > self.max_level:  # also guards against absurdly long numbers
+            raise InvalidTask("too_many_digits", f"{max(len(ra), len(rb))} > {self.max_level}")
+        a, b = _unrev(ra), _unrev(rb)
+        level = max(len(str(a)), len(str(b)))  # significant digits of the longer operand
+        task = self.make_task(a, b, level, id=f"{seed.id}>{a}+{b}")
+        if self.task_key(task) in self._eval_keys:
+            raise InvalidTask("held_out", "copies an evaluation task")
+        return task
+
+    # ---- agent --------------------------------------------------------------------------
+    def agent_prompt(self, task: Task) -> list[Message]:
+        return [{"role": "user", "content": f"{self.expression(task)}="}]
+
+    def reward(self, task: Task, response: str) -> float:
+        """Fraction of answer digits right, position by position (success = all of them).
+
+        Partial credit gives GRPO signal in groups where no rollout is exactly right."""
+        gold, got = self.answer(task), response.strip()
+        if not got:
+            return 0.0
+        hits = sum(g == r for g, r in zip(gold, got))
+        return hits / max(len(gold), len(got))
+
+    def score(self, task: Task, response: str) -> dict[str, float]:
+        got = response.strip()
+        return {"accuracy": float(got == self.answer(task)), "format_error": float(not got.isdigit())}
+
+    # ---- warm start (from-scratch models) ----------------------------------------------
+    def warm_start_examples(self, role: str, n: int, seed: int) -> list[tuple[list[Message], str]]:
+        rng = random.Random(seed)
+        out = []
+        for i in range(n):
+            if role == "agent":
+                t = self._random_task(rng, rng.choice(self.warm_start_levels), f"ws{i}")
+                if self.task_key(t) in self._eval_keys:
+                    continue
+                out.append((self.agent_prompt(t), self.answer(t)))
+            elif role == "simulator":
+                seed_task = self._random_task(rng, rng.randint(1, self.max_level), f"ws{i}")
+                bucket = rng.randint(0, 4)
+                if rng.random() < self.warm_start_noise:
+                    level = rng.randint(1, self.max_level)
+                else:  # agent succeeds -> harder; fails -> easier
+                    shift = {0: -2, 1: -1, 2: 0, 3: 1, 4: 2}[bucket]
+                    level = min(self.max_level, max(1, seed_task.data["level"] + shift + rng.choice([0, 0, -1, 1])))
+                target = self._random_task(rng, level, f"ws{i}t")
+                out.append((self.simulator_prompt(seed_task, bucket / 4), self.expression(target)))
+            else:
+                raise ValueError(f"unknown role {role!r}")
+        return out
+
+    def tokenizer_corpus(self) -> list[str]:
+        pairs = self.warm_start_examples("simulator", 300, seed=123) + self.warm_start_examples("agent", 300, seed=321)
+        return [m[0]["content"] + target for m, target in pairs]

@@ -1,0 +1,103 @@
+"""Policy losses as pure functions: GRPO for the agent, reward-weighted regression for the simulator.
+
+Shapes: per-token tensors are [B, T] and aligned with `mask` (1 on response tokens, 0 elsewhere).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean over the tokens where mask is 1 ("token-level" aggregation over the whole batch)."""
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def group_advantages(rewards: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
+    """GRPO advantages A_i = (r_i - mean_group) / (std_group + eps) for rewards shaped [groups, G].
+
+    Returns (advantages, zero_std) where zero_std marks groups whose rewards are all equal: those
+    carry no policy-gradient signal and get exactly zero advantage."""
+    mean = rewards.mean(dim=-1, keepdim=True)
+    std = rewards.std(dim=-1, keepdim=True, unbiased=True) if rewards.shape[-1] > 1 else torch.zeros_like(mean)
+    zero_std = (rewards.max(dim=-1).values - rewards.min(dim=-1).values) == 0
+    adv = (rewards - mean) / (std + eps)
+    adv = torch.where(zero_std.unsqueeze(-1), torch.zeros_like(adv), adv)
+    return adv, zero_std
+
+
+def clipped_surrogate(logp: Tensor, logp_old: Tensor, advantages: Tensor, mask: Tensor, clip_eps: float = 0.2) -> Tensor:
+    """PPO/GRPO clipped surrogate loss, token-level: -sum_t min(rho A, clip(rho) A) / #tokens.
+
+    `advantages` is [B] (one per sequence) or [B, T]."""
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    ratio = torch.exp(logp - logp_old)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    return -masked_mean(torch.minimum(unclipped, clipped), mask)
+
+
+def low_var_kl(logp: Tensor, logp_ref: Tensor, clamp: float = 10.0) -> Tensor:
+    """k3 estimator of KL(pi || pi_ref) per token: exp(d) - d - 1 with d = logp_ref - logp (>= 0)."""
+    d = logp_ref - logp
+    return torch.clamp(torch.exp(d) - d - 1.0, min=-clamp, max=clamp)
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Per-position entropy of the categorical distribution given by logits [..., V]."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
+@dataclass
+class GRPOTerms:
+    loss: Tensor
+    pg_loss: Tensor
+    kl: Tensor
+    entropy: Tensor
+    clip_frac: Tensor
+
+
+def grpo_loss(
+    logp: Tensor,
+    logp_old: Tensor,
+    logp_ref: Tensor | None,
+    entropy: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_eps: float = 0.2,
+    kl_coef: float = 0.001,
+    entropy_coef: float = 0.001,
+) -> GRPOTerms:
+    """GRPO objective: clipped surrogate + kl_coef * low_var_kl(pi || pi_ref) - entropy_coef * H."""
+    pg = clipped_surrogate(logp, logp_old, advantages, mask, clip_eps)
+    kl = masked_mean(low_var_kl(logp, logp_ref), mask) if logp_ref is not None else torch.zeros_like(pg)
+    ent = masked_mean(entropy, mask)
+    ratio = torch.exp(logp - logp_old)
+    clip_frac = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), mask)
+    return GRPOTerms(pg + kl_coef * kl - entropy_coef * ent, pg, kl, ent, clip_frac.detach())
+
+
+def sequence_nll(logp: Tensor, mask: Tensor) -> Tensor:
+    """Mean negative log-likelihood per sequence over its masked tokens: [B, T] -> [B]."""
+    mask = mask.to(logp.dtype)
+    return -(logp * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
+@dataclass
+class RWRTerms:
+    loss: Tensor
+    nll: Tensor
+    kl: Tensor
+
+
+def rwr_loss(logp: Tensor, logp_ref: Tensor | None, weights: Tensor, mask: Tensor, kl_coef: float = 0.1) -> RWRTerms:
+    """Reward-weighted regression: mean_i w_i NLL_i + kl_coef * KL(pi || pi_init) on the same tokens."""
+    nll = sequence_nll(logp, mask)
+    weighted = (weights.to(nll.dtype) * nll).mean()
+    kl = masked_mean(low_var_kl(logp, logp_ref), mask) if logp_ref is not None else torch.zeros_like(weighted)
+    return RWRTerms(weighted + kl_coef * kl, nll.mean(), kl)

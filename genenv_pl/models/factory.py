@@ -1,0 +1,88 @@
+"""Build a policy from its config: an HF folder, a GGUF file, or a tiny model made from scratch
+and warm-started on the environment's data. From-scratch results are cached on disk."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+from genenv_pl.envs.base import Environment
+from genenv_pl.models.tiny import TinyModelSpec, build_tiny_model, train_tokenizer
+from genenv_pl.policy import LoraSettings, Policy
+from genenv_pl.warmstart import WarmStartConfig, warm_start
+
+
+@dataclass
+class PolicyConfig:
+    """One policy (agent or simulator).
+
+    model: a Hugging Face model folder (or hub id where a hub is reachable), or "tiny" to build a
+        small Qwen2 model from scratch with a locally trained tokenizer (offline quickstart).
+    gguf_file: file name inside `model` when the weights are a GGUF file (dequantized on load).
+    """
+
+    model: str = "tiny"
+    gguf_file: str | None = None
+    dtype: str = "float32"
+    tiny: TinyModelSpec = field(default_factory=TinyModelSpec)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    seed: int = 0
+
+
+def _digest(obj) -> str:
+    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _tiny_tokenizer(env: Environment, spec: TinyModelSpec, cache_dir: str):
+    from transformers import AutoTokenizer
+
+    corpus = env.tokenizer_corpus()
+    path = os.path.join(cache_dir, f"tokenizer-{env.name}-{_digest([corpus, spec.tokenizer_vocab_size])}")
+    if not os.path.isdir(path):
+        tok = train_tokenizer(corpus, spec.tokenizer_vocab_size)
+        tok.save_pretrained(path + ".tmp")
+        os.replace(path + ".tmp", path)
+    return AutoTokenizer.from_pretrained(path)
+
+
+def build_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str) -> Policy:
+    """Agent and simulator built by the same env and tiny spec share one tokenizer."""
+    if cfg.model != "tiny":
+        policy = Policy.from_pretrained(cfg.model, dtype=cfg.dtype, gguf_file=cfg.gguf_file)
+        if cfg.warm_start.steps > 0:
+            _warm_start(policy, cfg, role, env)
+    else:
+        policy = _tiny_policy(cfg, role, env, cache_dir)
+    if cfg.lora.r > 0:
+        policy.add_lora(cfg.lora)
+    return policy
+
+
+def _warm_start(policy: Policy, cfg: PolicyConfig, role: str, env: Environment) -> None:
+    examples = env.warm_start_examples(role, cfg.warm_start.num_examples, seed=cfg.warm_start.seed)
+    print(f"[genenv] warm-starting the {role} ({policy.num_parameters():,} params) for {cfg.warm_start.steps} steps", flush=True)
+    warm_start(policy, [(policy.render(m), t) for m, t in examples], cfg.warm_start)
+
+
+def _tiny_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str) -> Policy:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = _tiny_tokenizer(env, cfg.tiny, cache_dir)
+    key = _digest([role, env.name, asdict(cfg.tiny), asdict(cfg.warm_start), cfg.seed, cfg.dtype,
+                   env.warm_start_examples(role, 64, seed=cfg.warm_start.seed) if cfg.warm_start.steps else None,
+                   tokenizer.get_vocab().__len__()])
+    path = os.path.join(cache_dir, f"{role}-{env.name}-{key}")
+    if os.path.isdir(path):
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, cfg.dtype))
+        return Policy(model, AutoTokenizer.from_pretrained(path), use_chat_template=False)
+    model = build_tiny_model(cfg.tiny, len(tokenizer), tokenizer.eos_token_id, seed=cfg.seed).to(getattr(torch, cfg.dtype))
+    policy = Policy(model, tokenizer, use_chat_template=False)
+    if cfg.warm_start.steps > 0:
+        _warm_start(policy, cfg, role, env)
+    policy.save_pretrained(path + ".tmp")
+    os.replace(path + ".tmp", path)  # atomic: a killed warm start never leaves a half-written cache
+    return policy
+

@@ -1,0 +1,35 @@
+"""The accumulating data pools of GenEnv (section 2, step 9), saved in every checkpoint.
+
+D_train holds the valid generated tasks with the agent's rollouts and rewards; D_env holds the
+simulator samples used for its reward-weighted updates, with their weights."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from genenv_pl.envs.base import Task
+
+
+@dataclass
+class Pools:
+    train: list[dict[str, Any]] = field(default_factory=list)  # D_train
+    env: list[dict[str, Any]] = field(default_factory=list)  # D_env
+
+    def add_train(self, epoch: int, task: Task, rewards: list[float], rollouts: list[str] | None) -> None:
+        self.train.append({"epoch": epoch, "task": task.to_dict(), "rewards": rewards, "rollouts": rollouts})
+
+    def add_env(self, epoch: int, seed_id: str, prompt: str, text: str, p_hat: float, r_env: float) -> None:
+        self.env.append({"epoch": epoch, "seed_id": seed_id, "prompt": prompt, "text": text, "p_hat": p_hat, "r_env": r_env})
+
+    def sample_train_tasks(self, rng: random.Random, n: int) -> list[Task]:
+        if not self.train or n <= 0:
+            return []
+        return [Task.from_dict(self.train[rng.randrange(len(self.train))]["task"]) for _ in range(n)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"train": self.train, "env": self.env}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.train = list(state["train"])
+        self.env = list(state["env"])
