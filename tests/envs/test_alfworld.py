@@ -387,8 +387,8 @@ def test_episode_summary_per_task_type() -> None:
 @pytest.mark.slow
 @slow
 def test_full_data_replays_and_splits(data_root: str, tmp_path: Path) -> None:
-    cache = os.environ.get("GENENV_CACHE_DIR") or str(tmp_path)
-    env = _env(data_root, cache)
+    # with GENENV_CACHE_DIR set, reuse the default cache under it; otherwise replay all (~10 min)
+    env = _env(data_root, None if os.environ.get("GENENV_CACHE_DIR") else str(tmp_path))
     seeds, evals = env.seed_tasks(), env.eval_tasks()
     assert env.num_skipped == 0, env.load_errors
     assert {t.meta["game"] for t in seeds}.isdisjoint(t.meta["game"] for t in evals)
