@@ -43,7 +43,7 @@ class AlphaCurriculumCallback(L.Callback):
         if stats is None:
             return
         metrics = {k: v for k, v in stats.metrics.items() if not math.isnan(v)}
-        pl_module.log_dict(metrics, on_step=False, on_epoch=True)
+        pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
         n = self.print_every_n_epochs
         if n and (trainer.current_epoch % n == 0 or trainer.current_epoch == trainer.max_epochs - 1):
             m = stats.metrics

@@ -124,17 +124,18 @@ class GenEnvModule(L.LightningModule):
         self.log_dict({"agent/loss": t.loss.detach(), "agent/pg_loss": t.pg_loss.detach(), "agent/kl": t.kl.detach(),
                        "agent/entropy": t.entropy.detach(), "agent/clip_frac": t.clip_frac},
                       on_step=False, on_epoch=True, batch_size=n)
-        self.log("agent/updates", float(self.counters["agent_updates"]), on_step=False, on_epoch=True, reduce_fx="max")
+        self.log("agent/updates", float(self.counters["agent_updates"]), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
 
     def _sim_step(self, b: dict[str, torch.Tensor], opt, temperature: float) -> None:
         mask = b["response_mask"]
         logp, _ = self.simulator.token_logprobs(b["input_ids"], b["attention_mask"], temperature)
         # KL per update, measured against the policy that generated these samples this epoch.
         update_kl = masked_mean(low_var_kl(b["old_logp"], logp.detach()), mask)
-        self.log("sim/update_kl", update_kl, on_step=False, on_epoch=True)
+        self.log("sim/update_kl", update_kl, on_step=False, on_epoch=True, batch_size=1)
         if update_kl > self.rwr.kl_cap:
             self.counters["sim_skipped_kl"] += 1
-            self.log("sim/skipped_kl", float(self.counters["sim_skipped_kl"]), on_step=False, on_epoch=True, reduce_fx="max")
+            self.log("sim/skipped_kl", float(self.counters["sim_skipped_kl"]), on_step=False, on_epoch=True, reduce_fx="max",
+                     batch_size=1)
             return
         logp_ref = self._ref_logprobs(self.simulator, self.sim_ref, b, temperature) if self.rwr.kl_coef > 0 else None
         t = rwr_loss(logp, logp_ref, rwr_weights(b["r_env"], self.rwr.rwr_lambda), mask, self.rwr.kl_coef)
@@ -148,7 +149,7 @@ class GenEnvModule(L.LightningModule):
         self.counters["sim_updates"] += 1
         self.log_dict({"sim/loss": t.loss.detach(), "sim/nll": t.nll.detach(), "sim/kl": t.kl.detach()},
                       on_step=False, on_epoch=True, batch_size=int(b["input_ids"].shape[0]))
-        self.log("sim/updates", float(self.counters["sim_updates"]), on_step=False, on_epoch=True, reduce_fx="max")
+        self.log("sim/updates", float(self.counters["sim_updates"]), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
 
     def _ref_logprobs(self, policy: Policy, ref, b, temperature: float) -> torch.Tensor:
         with torch.no_grad():
@@ -163,11 +164,11 @@ class GenEnvModule(L.LightningModule):
         self.counters["nonfinite_skipped"] += 1
         rank_zero_info(f"[genenv] non-finite {who} loss at epoch {self.current_epoch}: update skipped")
         self.log("train/nonfinite_skipped", float(self.counters["nonfinite_skipped"]), on_step=False, on_epoch=True,
-                 reduce_fx="max")
+                 reduce_fx="max", batch_size=1)
 
     def on_train_epoch_end(self) -> None:
         # Logged every epoch so that an epoch without in-band seed batches shows as such.
-        self.log("sim/updates", float(self.counters["sim_updates"]), on_step=False, on_epoch=True, reduce_fx="max")
+        self.log("sim/updates", float(self.counters["sim_updates"]), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
 
     # ---- evaluation ---------------------------------------------------------------------
     def evaluate_tasks(self, tasks) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ import re
 
 from genenv_pl.envs.base import Environment, InvalidTask, Message, Task
 
-_EXPR = re.compile(r"(\d+)\+(\d+)")
+_EXPR = re.compile(r"([0-9]+)\+([0-9]+)")  # ASCII digits only: \d also matches other scripts
 
 
 def _rev(n: int, width: int) -> str:
@@ -167,6 +167,8 @@ class ArithmeticEnv(Environment):
                     shift = {0: -2, 1: -1, 2: 0, 3: 1, 4: 2}[bucket]
                     level = min(self.max_level, max(1, seed_task.data["level"] + shift + rng.choice([0, 0, -1, 1])))
                 target = self._random_task(rng, level, f"ws{i}t")
+                if self.task_key(target) in self._eval_keys:
+                    continue
                 out.append((self.simulator_prompt(seed_task, bucket / 4), self.expression(target)))
             else:
                 raise ValueError(f"unknown role {role!r}")

@@ -1,0 +1,138 @@
+"""Real Lightning runs of the quickstart config with a ~1M-parameter agent (short warm start)."""
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from genenv_pl.cli import cli_main
+
+REPO = Path(__file__).resolve().parents[1]
+REQUIRED_TAGS = [
+    "coevo/success_rate", "coevo/alpha_reward", "coevo/in_band_frac", "coevo/invalid_rate", "coevo/difficulty",
+    "agent/loss", "agent/kl", "agent/entropy", "agent/zero_std_frac", "sim/loss", "sim/kl", "val/accuracy",
+    "perf/rollout_tokens_per_s",
+]
+
+
+def _override(tmp: Path, cache: Path, max_epochs: int, extra_callbacks: list | None = None) -> str:
+    cfg = {
+        "trainer": {
+            "max_epochs": max_epochs,
+            "check_val_every_n_epoch": 1,
+            "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                       "init_args": {"save_dir": str(tmp / "runs"), "name": "t"}},
+            "callbacks": [
+                # filtering_k 0.5 puts every seed batch in band, so the simulator update runs too.
+                {"class_path": "callbacks.AlphaCurriculumCallback", "init_args": {"filtering_k": 0.5}},
+                {"class_path": "callbacks.SampleTableCallback", "init_args": {"every_n_epochs": 1}},
+                {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                 "init_args": {"dirpath": str(tmp / "ckpt"), "save_last": True, "every_n_epochs": 1, "save_top_k": 0}},
+                *(extra_callbacks or []),
+            ],
+        },
+        "model": {"cache_dir": str(cache), "agent": {"warm_start": {"steps": 60}}, "simulator": {"warm_start": {"steps": 60}},
+                  "grpo": {"kl_coef": 0.02}},
+        "data": {"env_args": {"eval_per_level": 10, "seeds_per_level": 2},
+                 "coevo": {"seeds_per_epoch": 6, "drop_zero_std_groups": False, "eval_batch_size": 60}},
+    }
+    path = tmp / "override.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("model-cache")
+
+
+def _fit(tmp: Path, cache: Path, max_epochs: int, *args: str):
+    os.chdir(tmp)  # relative paths in the config (cache, runs) stay inside tmp
+    return cli_main(["fit", "--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp, cache, max_epochs), *args])
+
+
+def _tags(log_root: Path) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = set()
+    for f in glob.glob(str(log_root / "**/events.out.tfevents.*"), recursive=True):
+        acc = EventAccumulator(f)
+        acc.Reload()
+        tags |= set(acc.Tags()["scalars"])
+    return tags
+
+
+def test_one_epoch_smoke_fit_logs_every_tag_and_checkpoints(tmp_path, cache):
+    cli = _fit(tmp_path, cache, 1)
+    module, dm = cli.model, cli.datamodule
+    assert 0.8e6 < module.agent.num_parameters() < 1.3e6
+    assert module.counters["agent_updates"] >= 1 and module.counters["sim_updates"] >= 1
+    missing = set(REQUIRED_TAGS) - _tags(tmp_path / "runs")
+    assert not missing, f"missing TensorBoard tags: {missing}"
+    assert (tmp_path / "ckpt" / "last.ckpt").exists()
+    assert len(dm.pools.train) > 0 and len(dm.pools.env) > 0
+
+
+def test_checkpoint_round_trip_keeps_pools_counters_and_optimizers(tmp_path, cache):
+    cli = _fit(tmp_path, cache, 2)
+    pools = cli.datamodule.pools.state_dict()
+    counters = dict(cli.model.counters)
+    ckpt = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    saved = ckpt["GenEnvDataModule"]["pools"]
+    assert saved == pools  # identical after a checkpoint round trip, entry for entry
+    assert ckpt["genenv_counters"] == counters
+    assert len(ckpt["optimizer_states"]) == 2 and all(s["state"] for s in ckpt["optimizer_states"])
+
+    # Resume for one more epoch: the pools continue from the saved ones, nothing lost or repeated.
+    cli2 = _fit(tmp_path, cache, 3, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"))
+    resumed = cli2.datamodule.pools.state_dict()
+    assert resumed["train"][: len(pools["train"])] == pools["train"]
+    assert resumed["env"][: len(pools["env"])] == pools["env"]
+    assert {e["epoch"] for e in resumed["train"][len(pools["train"]):]} == {2}
+    assert cli2.model.counters["agent_updates"] > counters["agent_updates"]
+    assert cli2.trainer.current_epoch == 3
+
+
+class _RecordLogprobs:
+    """Captures the agent's log-probs on each training batch's rollouts before and after the step."""
+
+    def __init__(self):
+        self.records = []
+
+    def _logp(self, module, b):
+        with torch.no_grad():
+            logp, _ = module.agent.token_logprobs(b["input_ids"], b["attention_mask"])
+        m = b["response_mask"]
+        return (logp * m).sum(-1) / m.sum(-1)
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if batch["agent"] is not None:
+            self._before = self._logp(module, batch["agent"])
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if batch["agent"] is not None:
+            self.records.append((self._before, self._logp(module, batch["agent"]), batch["agent"]["advantages"]))
+
+
+def test_one_agent_update_changes_log_probs_of_its_own_rollouts(tmp_path, cache):
+    import lightning as L
+
+    recorder = type("Recorder", (_RecordLogprobs, L.Callback), {})()
+    os.chdir(tmp_path)
+    from genenv_pl.cli import GenEnvCLI
+    from genenv_pl.datamodule import GenEnvDataModule
+    from genenv_pl.module import GenEnvModule
+
+    cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, run=False,
+                    args=["--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp_path, cache, 1)])
+    cli.trainer.callbacks.append(recorder)
+    cli.trainer.fit(cli.model, cli.datamodule)
+    assert recorder.records
+    before, after, adv = recorder.records[0]
+    assert not torch.allclose(before, after)
+    # GRPO moves probability towards rollouts with positive advantage and away from negative ones.
+    assert (after - before)[adv > 0].mean() > (after - before)[adv < 0].mean()

@@ -1,0 +1,117 @@
+import pytest
+import torch
+
+from genenv_pl.losses import (clipped_surrogate, entropy_from_logits, group_advantages, grpo_loss, low_var_kl,
+                              masked_mean, rwr_loss, sequence_nll)
+
+
+@pytest.mark.parametrize(
+    "rewards, expected_zero_std",
+    [
+        ([[1.0, 1.0, 1.0, 1.0]], [True]),
+        ([[0.0, 0.0, 0.0, 0.0]], [True]),
+        ([[1.0, 0.0, 1.0, 0.0]], [False]),
+        ([[0.5, 0.5], [0.0, 1.0]], [True, False]),
+    ],
+)
+def test_group_advantages_zero_variance(rewards, expected_zero_std):
+    adv, zero = group_advantages(torch.tensor(rewards))
+    assert zero.tolist() == expected_zero_std
+    for row, z in zip(adv, expected_zero_std):
+        if z:
+            assert torch.all(row == 0)
+        else:
+            assert row.mean().abs().item() < 1e-6
+            assert row.std().item() == pytest.approx(1.0, rel=1e-4)
+
+
+def test_group_advantages_values():
+    adv, _ = group_advantages(torch.tensor([[1.0, 0.0]]))
+    s = torch.tensor([1.0, 0.0]).std().item()
+    assert adv[0].tolist() == pytest.approx([0.5 / s, -0.5 / s], rel=1e-5)
+
+
+M = torch.ones(1, 1)
+
+
+@pytest.mark.parametrize(
+    "ratio, adv, expected",
+    [
+        (1.0, 1.0, -1.0),  # on-policy: loss = -A
+        (1.0, -1.0, 1.0),
+        (1.5, 1.0, -1.2),  # positive advantage: ratio clipped at 1 + eps
+        (0.5, 1.0, -0.5),  # positive advantage, ratio below: unclipped (pessimistic min)
+        (0.5, -1.0, 0.8),  # negative advantage: clipped at 1 - eps
+        (1.5, -1.0, 1.5),  # negative advantage, ratio above: unclipped
+    ],
+)
+def test_clipped_surrogate_signs_and_clipping(ratio, adv, expected):
+    logp_old = torch.zeros(1, 1)
+    logp = torch.log(torch.tensor([[ratio]]))
+    loss = clipped_surrogate(logp, logp_old, torch.tensor([adv]), M, 0.2)
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_clipped_surrogate_gradient_direction():
+    logp = torch.zeros(2, 3, requires_grad=True)
+    mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    clipped_surrogate(logp, torch.zeros(2, 3), torch.tensor([1.0, -1.0]), mask).backward()
+    assert (logp.grad[0, 1:] < 0).all()  # descent raises log-probs of the positive-advantage row
+    assert logp.grad[1, 1] > 0
+    assert logp.grad[:, 0].abs().sum() == 0 and logp.grad[1, 2] == 0  # masked tokens get no gradient
+
+
+def test_token_level_aggregation_weights_every_token_equally():
+    # Two sequences with 1 and 3 tokens: token-level mean = sum / 4, not mean of sequence means.
+    x = torch.tensor([[2.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    assert masked_mean(x, mask).item() == pytest.approx(5.0 / 4)
+
+
+@pytest.mark.parametrize("d", [-12.0, -3.0, -0.5, -1e-3, 0.0, 1e-3, 0.5, 3.0, 12.0])
+def test_low_var_kl_nonnegative_and_zero_at_equal(d):
+    logp = torch.tensor([0.0])
+    kl = low_var_kl(logp, logp + d)
+    assert kl.item() >= 0
+    assert kl.item() <= 10.0
+    if d == 0.0:
+        assert kl.item() == 0.0
+
+
+def test_low_var_kl_matches_true_kl_in_expectation():
+    torch.manual_seed(0)
+    # Mild distributions, so that the [-10, 10] clamp never bites and the estimator is unbiased.
+    p = torch.softmax(0.5 * torch.randn(5), 0)
+    q = torch.softmax(0.5 * torch.randn(5), 0)
+    x = torch.multinomial(p, 200000, replacement=True)
+    est = low_var_kl(p.log()[x], q.log()[x]).mean()
+    true = (p * (p.log() - q.log())).sum()
+    assert est.item() == pytest.approx(true.item(), rel=0.05)
+
+
+def test_entropy_from_logits():
+    assert entropy_from_logits(torch.zeros(4)).item() == pytest.approx(torch.log(torch.tensor(4.0)).item())
+    assert entropy_from_logits(torch.tensor([100.0, 0.0, 0.0])).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_grpo_loss_combines_terms():
+    logp = torch.log(torch.tensor([[0.5, 0.25]]))
+    mask = torch.ones(1, 2)
+    ent = torch.tensor([[1.0, 2.0]])
+    t = grpo_loss(logp, logp, logp, ent, torch.tensor([2.0]), mask, kl_coef=0.1, entropy_coef=0.01)
+    assert t.kl.item() == 0.0
+    assert t.pg_loss.item() == pytest.approx(-2.0)
+    assert t.loss.item() == pytest.approx(-2.0 - 0.01 * 1.5)
+    assert t.clip_frac.item() == 0.0
+
+
+@pytest.mark.parametrize("weights, expected", [([1.0, 1.0], 1.5), ([2.0, 0.0], 1.0), ([0.0, 2.0], 2.0)])
+def test_rwr_loss_weighted_nll(weights, expected):
+    # NLLs per sequence: 1.0 and 2.0 (masked token means).
+    logp = torch.tensor([[-1.0, -1.0], [-2.0, -9.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    assert sequence_nll(logp, mask).tolist() == pytest.approx([1.0, 2.0])
+    t = rwr_loss(logp, None, torch.tensor(weights), mask, kl_coef=0.5)
+    assert t.loss.item() == pytest.approx(expected)
+    t2 = rwr_loss(logp, logp - 1.0, torch.tensor(weights), mask, kl_coef=0.5)
+    assert t2.kl.item() > 0 and t2.loss.item() > t.loss.item()
