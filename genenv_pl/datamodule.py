@@ -22,6 +22,7 @@ from genenv_pl.config import CoevoConfig
 from genenv_pl.curriculum import success_rate
 from genenv_pl.envs import Environment, Task, make_env
 from genenv_pl.losses import group_advantages
+from genenv_pl.pools import Pools
 
 
 @dataclass
@@ -53,8 +54,6 @@ class GenEnvDataModule(L.LightningDataModule):
         self.cfg = coevo or CoevoConfig()
         self.seed = seed
         self.rng = random.Random(seed)
-        from genenv_pl.pools import Pools
-
         self.pools = Pools()
         self.success_rates: dict[str, float] = {}  # seed id -> EMA of p_hat of its variations
         self.last_round: RoundStats | None = None

@@ -19,7 +19,8 @@ REQUIRED_TAGS = [
 ]
 
 
-def _override(tmp: Path, cache: Path, max_epochs: int, extra_callbacks: list | None = None) -> str:
+def _override(tmp: Path, cache: Path, max_epochs: int, extra_callbacks: list | None = None,
+              curriculum: dict | None = None) -> str:
     cfg = {
         "trainer": {
             "max_epochs": max_epochs,
@@ -28,15 +29,20 @@ def _override(tmp: Path, cache: Path, max_epochs: int, extra_callbacks: list | N
                        "init_args": {"save_dir": str(tmp / "runs"), "name": "t"}},
             "callbacks": [
                 # filtering_k 0.5 puts every seed batch in band, so the simulator update runs too.
-                {"class_path": "callbacks.AlphaCurriculumCallback", "init_args": {"filtering_k": 0.5}},
+                {"class_path": "callbacks.AlphaCurriculumCallback", "init_args": curriculum or {"filtering_k": 0.5}},
                 {"class_path": "callbacks.SampleTableCallback", "init_args": {"every_n_epochs": 1}},
                 {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                  "init_args": {"dirpath": str(tmp / "ckpt"), "save_last": True, "every_n_epochs": 1, "save_top_k": 0}},
                 *(extra_callbacks or []),
             ],
         },
-        "model": {"cache_dir": str(cache), "agent": {"warm_start": {"steps": 60}}, "simulator": {"warm_start": {"steps": 60}},
-                  "grpo": {"kl_coef": 0.02}},
+        # A ~1M agent with a short warm start, and a smaller simulator warm-started just enough to
+        # write mostly valid tasks: enough for every code path, in seconds.
+        "model": {"cache_dir": str(cache),
+                  "agent": {"warm_start": {"steps": 150, "batch_size": 32}},
+                  "simulator": {"tiny": {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
+                                         "intermediate_size": 192},
+                                "warm_start": {"steps": 300, "batch_size": 32}}},
         "data": {"env_args": {"eval_per_level": 10, "seeds_per_level": 2},
                  "coevo": {"seeds_per_epoch": 6, "drop_zero_std_groups": False, "eval_batch_size": 60}},
     }
@@ -50,9 +56,10 @@ def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("model-cache")
 
 
-def _fit(tmp: Path, cache: Path, max_epochs: int, *args: str):
+def _fit(tmp: Path, cache: Path, max_epochs: int, *args: str, **override):
     os.chdir(tmp)  # relative paths in the config (cache, runs) stay inside tmp
-    return cli_main(["fit", "--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp, cache, max_epochs), *args])
+    return cli_main(["fit", "--config", str(REPO / "configs/quickstart.yaml"),
+                     "--config", _override(tmp, cache, max_epochs, **override), *args])
 
 
 def _tags(log_root: Path) -> set[str]:
@@ -136,3 +143,40 @@ def test_one_agent_update_changes_log_probs_of_its_own_rollouts(tmp_path, cache)
     assert not torch.allclose(before, after)
     # GRPO moves probability towards rollouts with positive advantage and away from negative ones.
     assert (after - before)[adv > 0].mean() > (after - before)[adv < 0].mean()
+
+
+def test_epoch_without_in_band_seed_batches_still_trains_the_agent(tmp_path, cache):
+    # alpha = 5 can never be within k_min of a success rate: no seed batch is in band.
+    cli = _fit(tmp_path, cache, 1, curriculum={"alpha": 5.0, "filtering_k": 0.1})
+    assert cli.model.counters["sim_updates"] == 0
+    assert cli.model.counters["agent_updates"] >= 1
+    assert cli.datamodule.pools.env == []  # nothing out of band enters D_env
+    assert len(cli.datamodule.pools.train) > 0
+
+
+def test_non_finite_loss_skips_the_update_and_is_counted(tmp_path, cache):
+    import lightning as L
+
+    class PoisonAdvantages(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            self.before = [p.detach().clone() for p in module.agent.parameters()]
+            if batch["agent"] is not None:
+                batch["agent"]["advantages"].fill_(float("nan"))
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            self.unchanged = all(torch.equal(a, b) for a, b in zip(self.before, module.agent.parameters()))
+
+    poison = PoisonAdvantages()
+    os.chdir(tmp_path)
+    from genenv_pl.cli import GenEnvCLI
+    from genenv_pl.datamodule import GenEnvDataModule
+    from genenv_pl.module import GenEnvModule
+
+    cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, run=False,
+                    args=["--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp_path, cache, 1),
+                          "--data.coevo.agent_batch_size", "1000"])
+    cli.trainer.callbacks.append(poison)
+    cli.trainer.fit(cli.model, cli.datamodule)
+    assert cli.model.counters["nonfinite_skipped"] >= 1
+    assert cli.model.counters["agent_updates"] == 0
+    assert poison.unchanged

