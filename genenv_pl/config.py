@@ -15,6 +15,7 @@ class GRPOConfig:
     entropy_coef: float = 0.001
     grad_clip: float = 1.0
     adv_eps: float = 1e-6
+    warmup_updates: int = 0  # linear lr warm-up over the first agent updates (Adam's first steps are large)
 
 
 @dataclass
@@ -25,6 +26,7 @@ class RWRConfig:
     kl_coef: float = 0.1  # KL penalty to the initial simulator
     kl_cap: float = 0.05  # skip a simulator step once its KL to the generating policy exceeds this
     grad_clip: float = 1.0
+    warmup_updates: int = 0  # linear lr warm-up over the first simulator updates
 
 
 @dataclass

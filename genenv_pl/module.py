@@ -95,7 +95,10 @@ class GenEnvModule(L.LightningModule):
             params = [p for p in policy.parameters() if p.requires_grad]
             return fn(params) if fn is not None else torch.optim.AdamW(params, lr=lr)
 
-        return [make(self._agent_opt_fn, self.agent, 1e-6), make(self._sim_opt_fn, self.simulator, 5e-7)]
+        opts = [make(self._agent_opt_fn, self.agent, 1e-6), make(self._sim_opt_fn, self.simulator, 5e-7)]
+        scheds = [torch.optim.lr_scheduler.LambdaLR(o, _linear_warmup(w))
+                  for o, w in zip(opts, (self.grpo.warmup_updates, self.rwr.warmup_updates))]
+        return opts, scheds
 
     # ---- training -----------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
@@ -119,6 +122,7 @@ class GenEnvModule(L.LightningModule):
         self.manual_backward(t.loss)
         self.clip_gradients(opt, gradient_clip_val=self.grpo.grad_clip, gradient_clip_algorithm="norm")
         opt.step()
+        self.lr_schedulers()[0].step()
         self.counters["agent_updates"] += 1
         n = int(b["input_ids"].shape[0])
         self.log_dict({"agent/loss": t.loss.detach(), "agent/pg_loss": t.pg_loss.detach(), "agent/kl": t.kl.detach(),
@@ -146,6 +150,7 @@ class GenEnvModule(L.LightningModule):
         self.manual_backward(t.loss)
         self.clip_gradients(opt, gradient_clip_val=self.rwr.grad_clip, gradient_clip_algorithm="norm")
         opt.step()
+        self.lr_schedulers()[1].step()
         self.counters["sim_updates"] += 1
         self.log_dict({"sim/loss": t.loss.detach(), "sim/nll": t.nll.detach(), "sim/kl": t.kl.detach()},
                       on_step=False, on_epoch=True, batch_size=int(b["input_ids"].shape[0]))
@@ -241,6 +246,10 @@ class GenEnvModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.counters.update(checkpoint.get("genenv_counters", {}))
+
+
+def _linear_warmup(steps: int):
+    return lambda update: min(1.0, (update + 1) / steps) if steps > 0 else 1.0
 
 
 def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
