@@ -13,6 +13,13 @@ import sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 
+REQUIRED_TAGS = [
+    "coevo/success_rate", "coevo/alpha_reward", "coevo/in_band_frac", "coevo/invalid_rate", "coevo/difficulty",
+    "agent/loss", "agent/kl", "agent/entropy", "agent/zero_std_frac", "sim/loss", "sim/kl", "val/accuracy",
+    "perf/rollout_tokens_per_s",
+]
+
+
 def load(run_dir: str) -> dict[str, list[float]]:
     acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
     acc.Reload()
@@ -30,6 +37,8 @@ def main() -> None:
     s = load(run)
     succ, diff, val = s["coevo/success_rate"], s["coevo/difficulty"], s["val/accuracy"]
     print(f"run: {run}  ({len(succ)} epochs)")
+    missing = [t for t in REQUIRED_TAGS if t not in s]
+    print("tags: all required tags present" if not missing else f"tags: MISSING {missing}")
     print(f"coevo/success_rate  last fifth mean {fifth(succ, True):.3f}   (alpha zone target [0.35, 0.65])")
     print(f"val/accuracy        start {val[0]:.3f}  final {val[-1]:.3f}  gain {val[-1] - val[0]:+.3f}  (target >= +0.05)")
     print(f"coevo/difficulty    first fifth {fifth(diff, False):.2f}  last fifth {fifth(diff, True):.2f}")
