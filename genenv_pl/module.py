@@ -115,15 +115,8 @@ class GenEnvModule(L.LightningModule):
         logp_ref = self._ref_logprobs(self.agent, self.agent_ref, b, temperature) if self.grpo.kl_coef > 0 else None
         t = grpo_loss(logp, b["old_logp"], logp_ref, entropy, b["advantages"], mask,
                       self.grpo.clip_eps, self.grpo.kl_coef, self.grpo.entropy_coef)
-        if not torch.isfinite(t.loss):
-            self._skip_nonfinite("agent")
+        if not self._optimize("agent", t.loss, opt, self.grpo.grad_clip, scheduler=0):
             return
-        opt.zero_grad(set_to_none=True)
-        self.manual_backward(t.loss)
-        self.clip_gradients(opt, gradient_clip_val=self.grpo.grad_clip, gradient_clip_algorithm="norm")
-        opt.step()
-        self.lr_schedulers()[0].step()
-        self.counters["agent_updates"] += 1
         n = int(b["input_ids"].shape[0])
         self.log_dict({"agent/loss": t.loss.detach(), "agent/pg_loss": t.pg_loss.detach(), "agent/kl": t.kl.detach(),
                        "agent/entropy": t.entropy.detach(), "agent/clip_frac": t.clip_frac},
@@ -143,18 +136,24 @@ class GenEnvModule(L.LightningModule):
             return
         logp_ref = self._ref_logprobs(self.simulator, self.sim_ref, b, temperature) if self.rwr.kl_coef > 0 else None
         t = rwr_loss(logp, logp_ref, rwr_weights(b["r_env"], self.rwr.rwr_lambda), mask, self.rwr.kl_coef)
-        if not torch.isfinite(t.loss):
-            self._skip_nonfinite("sim")
+        if not self._optimize("sim", t.loss, opt, self.rwr.grad_clip, scheduler=1):
             return
-        opt.zero_grad(set_to_none=True)
-        self.manual_backward(t.loss)
-        self.clip_gradients(opt, gradient_clip_val=self.rwr.grad_clip, gradient_clip_algorithm="norm")
-        opt.step()
-        self.lr_schedulers()[1].step()
-        self.counters["sim_updates"] += 1
         self.log_dict({"sim/loss": t.loss.detach(), "sim/nll": t.nll.detach(), "sim/kl": t.kl.detach()},
                       on_step=False, on_epoch=True, batch_size=int(b["input_ids"].shape[0]))
         self.log("sim/updates", float(self.counters["sim_updates"]), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
+
+    def _optimize(self, who: str, loss: torch.Tensor, opt, grad_clip: float, scheduler: int) -> bool:
+        """One optimizer step on `loss`; a non-finite loss skips the step (counted, logged)."""
+        if not torch.isfinite(loss):
+            self._skip_nonfinite(who)
+            return False
+        opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        self.clip_gradients(opt, gradient_clip_val=grad_clip, gradient_clip_algorithm="norm")
+        opt.step()
+        self.lr_schedulers()[scheduler].step()
+        self.counters[f"{who}_updates"] += 1
+        return True
 
     def _ref_logprobs(self, policy: Policy, ref, b, temperature: float) -> torch.Tensor:
         with torch.no_grad():
