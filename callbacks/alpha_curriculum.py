@@ -5,8 +5,6 @@ The DataModule asks this callback to score each seed batch while it builds the e
 later hook). At the end of the epoch the callback logs the alpha-zone metrics."""
 from __future__ import annotations
 
-import math
-
 import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
@@ -42,8 +40,8 @@ class AlphaCurriculumCallback(L.Callback):
         stats = getattr(trainer.datamodule, "last_round", None)
         if stats is None:
             return
-        metrics = {k: v for k, v in stats.metrics.items() if not math.isnan(v)}
-        pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
+        # NaN where undefined (no valid generated task this epoch): the tag still appears, as a gap.
+        pl_module.log_dict(dict(stats.metrics), on_step=False, on_epoch=True, batch_size=1)
         n = self.print_every_n_epochs
         if n and (trainer.current_epoch % n == 0 or trainer.current_epoch == trainer.max_epochs - 1):
             m = stats.metrics

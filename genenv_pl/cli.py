@@ -1,7 +1,13 @@
 """LightningCLI wiring: the trainer defaults every GenEnv run needs."""
 from __future__ import annotations
 
+import glob
+import os
+import zipfile
+
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities import rank_zero_warn
 
 from genenv_pl.datamodule import GenEnvDataModule
 from genenv_pl.module import GenEnvModule
@@ -15,6 +21,41 @@ class GenEnvCLI(LightningCLI):
             "trainer.reload_dataloaders_every_n_epochs": 1,
             "trainer.num_sanity_val_steps": 0,
         })
+
+    def before_fit(self) -> None:
+        cfg = self.config_init[self.subcommand]
+        if cfg.get("ckpt_path"):
+            cfg["ckpt_path"] = checked_checkpoint(cfg["ckpt_path"], self.trainer)
+
+
+def _readable(path: str) -> bool:
+    """A Lightning checkpoint is a zip archive; a torn or overwritten file fails its CRC check."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.testzip() is None
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def checked_checkpoint(ckpt_path: str, trainer) -> str:
+    """Resolve `last` and refuse an unreadable checkpoint with a clear message, falling back to
+    the newest readable checkpoint beside it when there is one."""
+    path = ckpt_path
+    if ckpt_path == "last":
+        dirs = [cb.dirpath for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath]
+        found = [p for d in dirs for p in glob.glob(os.path.join(d, "last*.ckpt"))]
+        if not found:
+            return ckpt_path  # Lightning reports that there is nothing to resume from
+        path = max(found, key=os.path.getmtime)
+    if not os.path.isfile(path) or _readable(path):
+        return path
+    others = [p for p in glob.glob(os.path.join(os.path.dirname(path) or ".", "*.ckpt")) if p != path and _readable(p)]
+    if others:
+        fallback = max(others, key=os.path.getmtime)
+        rank_zero_warn(f"checkpoint {path} is unreadable (truncated or corrupted); resuming from {fallback} instead")
+        return fallback
+    raise SystemExit(f"error: checkpoint {path} is unreadable (truncated or corrupted) and no other checkpoint is "
+                     f"beside it; delete it to start afresh, or pass --ckpt_path to an intact checkpoint.")
 
 
 def cli_main(args=None) -> GenEnvCLI:

@@ -64,10 +64,23 @@ class GenEnvDataModule(L.LightningDataModule):
         return DataLoader(steps, batch_size=None, shuffle=False, num_workers=0)
 
     def val_dataloader(self) -> DataLoader:
-        return self._task_loader(self.env.eval_tasks())
+        return self._task_loader(self.eval_tasks())
 
     def test_dataloader(self) -> DataLoader:
-        return self._task_loader(self.env.eval_tasks())
+        return self._task_loader(self.eval_tasks())
+
+    def eval_tasks(self) -> list[Task]:
+        """The environment's held-out tasks, optionally capped per group (in the environment's order)."""
+        tasks, limit = self.env.eval_tasks(), self.cfg.eval_limit_per_group
+        if limit is None:
+            return tasks
+        taken: dict[str, int] = {}
+        kept = []
+        for t in tasks:
+            if taken.get(t.group, 0) < limit:
+                taken[t.group] = taken.get(t.group, 0) + 1
+                kept.append(t)
+        return kept
 
     def _task_loader(self, tasks: list[Task]) -> DataLoader:
         return DataLoader([t.to_dict() for t in tasks], batch_size=self.cfg.eval_batch_size, shuffle=False,
@@ -154,7 +167,12 @@ class GenEnvDataModule(L.LightningDataModule):
         tokens = sum(len(g.response_ids) for b in batches for g in b.generations)
         tokens += sum(len(r.response_ids) for g in groups for r in g.rollouts)
         mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+        reasons: dict[str, int] = {}
+        for b in batches:
+            for r, c in b.invalid.items():
+                reasons[r] = reasons.get(r, 0) + c
         return {
+            **{f"coevo/invalid/{r}": c / max(n_gen, 1) for r, c in reasons.items()},
             "coevo/success_rate": mean([b.p_hat for b in scored]),
             "coevo/alpha_reward": mean([b.r_env for b in scored]),
             "coevo/in_band_frac": mean([float(b.in_band) for b in scored]),

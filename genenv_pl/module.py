@@ -79,6 +79,9 @@ class GenEnvModule(L.LightningModule):
         if self.agent is not None:
             return
         self.agent = build_policy(self.agent_cfg, "agent", self.env, self.cache_dir)
+        if self.trainer.state.fn != "fit":  # evaluation needs only the agent
+            rank_zero_info(f"[genenv] agent: {self.agent.num_parameters():,} params")
+            return
         self.simulator = build_policy(self.sim_cfg, "simulator", self.env, self.cache_dir)
         # Frozen references for the KL terms: the starting agent and the initial simulator. A
         # LoRA policy needs no copy: its reference is the base model with the adapter disabled.
@@ -89,6 +92,11 @@ class GenEnvModule(L.LightningModule):
         rank_zero_info(f"[genenv] agent: {self.agent.num_parameters():,} params "
                        f"({self.agent.num_parameters(True):,} trainable); simulator: "
                        f"{self.simulator.num_parameters():,} ({self.simulator.num_parameters(True):,} trainable)")
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.counters.update(checkpoint.get("genenv_counters", {}))
+        if self.simulator is None:  # evaluation: only the agent was built, load only its weights
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("agent.")}
 
     def configure_optimizers(self):
         def make(fn, policy: Policy, lr: float):
@@ -207,9 +215,9 @@ class GenEnvModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         # val/accuracy of the starting (warm-started) agent, before any co-evolution update.
-        if not self.eval_at_start or self.counters["agent_updates"] > 0:
+        if not self.eval_at_start or self.counters["agent_updates"] > 0 or self.trainer.limit_val_batches == 0:
             return
-        rows = self.evaluate_tasks(self.env.eval_tasks())
+        rows = self.evaluate_tasks(self.trainer.datamodule.eval_tasks())
         acc = sum(r["accuracy"] for r in rows) / max(len(rows), 1)
         groups = defaultdict(list)
         for r in rows:
@@ -223,28 +231,41 @@ class GenEnvModule(L.LightningModule):
     def test_step(self, batch, batch_idx: int) -> None:
         rows = self.evaluate_tasks(batch)
         self._test_rows.extend(rows)
-        self._log_eval(rows, "test")
+        self._log_eval(rows, "eval")
 
     def on_test_epoch_end(self) -> None:
         rows, self._test_rows = self._test_rows, []
         table = _summarize(rows)
+        scores = [{k: v for k, v in r.items() if k not in ("id", "group", "response")} for r in rows]
+        table["corpus"] = self.env.aggregate(scores)
+        n_episodes = self.trainer.datamodule.cfg.eval_episodes
+        if n_episodes:
+            table["episodes"] = self.env.play(self._act, None if n_episodes < 0 else n_episodes)
         lines = [f"{'group':<32} {'n':>6} " + " ".join(f"{k:>14}" for k in table["metrics"])]
         for g, stats in table["groups"].items():
             lines.append(f"{g:<32} {stats['n']:>6} " + " ".join(f"{stats[k]:>14.4f}" for k in table["metrics"]))
+        for section in ("corpus", "episodes"):
+            lines += [f"{section}/{k:<40} {v:.4f}" for k, v in table.get(section, {}).items()]
         rank_zero_info("\n".join(lines))
-        out_dir = self.trainer.log_dir or "."
+        for section in ("corpus", "episodes"):
+            for k, v in table.get(section, {}).items():
+                self.log(f"eval/{section}/{k}", float(v), batch_size=1)
+        out_dir = self.trainer.log_dir or self.trainer.default_root_dir
         if self.trainer.is_global_zero:
             os.makedirs(out_dir, exist_ok=True)
             with open(os.path.join(out_dir, "test_results.json"), "w") as f:
                 json.dump({"env": self.env.name, **table, "rows": rows}, f, indent=1)
             rank_zero_info(f"[genenv] wrote {os.path.join(out_dir, 'test_results.json')}")
 
+    def _act(self, messages: list[dict[str, str]]) -> str:
+        """The agent as an interactive player: greedy text for one turn."""
+        params = SamplingParams(max_new_tokens=self.trainer.datamodule.cfg.eval_max_new_tokens, greedy=True)
+        return self.backend.generate(self.agent, [self.agent.render(messages)], params)[0][0].text
+
     # ---- checkpoint ---------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["genenv_counters"] = dict(self.counters)
 
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.counters.update(checkpoint.get("genenv_counters", {}))
 
 
 def _linear_warmup(steps: int):

@@ -168,6 +168,11 @@ class ALFWorldEnv(Environment):
         return evaluate_episodes(games if games is not None else self.eval_games(), act,
                                  max_steps or self.max_episode_steps, self.history_window)
 
+    def play(self, act, limit: int | None = None) -> dict[str, float]:
+        """Episode success rate (<= max_episode_steps commands), overall, per task type and split."""
+        games = self.eval_games()
+        return self.evaluate_episodes(act, games[:limit] if limit is not None else games).summary()
+
     # ---- simulator side -----------------------------------------------------------------
     def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:
         if success_rate is None:

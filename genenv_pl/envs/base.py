@@ -114,6 +114,17 @@ class Environment(ABC):
         r = self.reward(task, response)
         return {"accuracy": float(r >= self.success_threshold), "format_error": 0.0}
 
+    def aggregate(self, scores: list[dict[str, float]]) -> dict[str, float]:
+        """Corpus-level metrics from the per-task `score` dicts, beyond per-task means (e.g. micro
+        rates that are ratios of summed counts). Default: none."""
+        return {}
+
+    def play(self, act, limit: int | None = None) -> dict[str, float]:
+        """Interactive evaluation for environments with a real engine (ALFWorld episodes): `act`
+        maps chat messages to the agent's raw text. `limit` caps the number of episodes.
+        Default: the environment has none."""
+        return {}
+
     # ---- optional: offline warm start of tiny models -----------------------------------
     def warm_start_examples(self, role: str, n: int, seed: int) -> list[tuple[list[Message], str]]:
         """`n` supervised (prompt messages, target text) pairs for `role` in {"agent", "simulator"}.

@@ -305,6 +305,9 @@ def aggregate_scores(scores: list[dict[str, float]]) -> dict[str, float]:
 class TravelPlannerEnv(Environment):
     name = "travelplanner"
 
+    def aggregate(self, scores: list[dict[str, float]]) -> dict[str, float]:
+        return aggregate_scores(scores)
+
     def __init__(
         self,
         data_root: str | None = None,
