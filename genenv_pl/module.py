@@ -148,7 +148,6 @@ class GenEnvModule(L.LightningModule):
             return
         self.log_dict({"sim/loss": t.loss.detach(), "sim/nll": t.nll.detach(), "sim/kl": t.kl.detach()},
                       on_step=False, on_epoch=True, batch_size=int(b["input_ids"].shape[0]))
-        self.log("sim/updates", float(self.counters["sim_updates"]), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
 
     def _optimize(self, who: str, loss: torch.Tensor, opt, grad_clip: float, scheduler: int) -> bool:
         """One optimizer step on `loss`; a non-finite loss skips the step (counted, logged)."""
