@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from genenv_pl.backends.base import SamplingParams
 
@@ -42,7 +43,11 @@ class CoevoConfig:
     sim_batch_size: int = 256  # simulator samples per simulator optimizer step
     drop_zero_std_groups: bool = False  # skip groups with equal rewards (no advantage; saves compute)
     success_ema: float = 0.5  # smoothing of each seed's success rate shown to the simulator
-    train_simulator: bool = True  # False gives "GenEnv-Random": the simulator generates but never learns
+    # The paper's ablations, one line each: "genenv" (full method); "genenv-random" (the simulator
+    # generates every epoch but never learns); "static" (K variations of every seed generated once
+    # before training, then plain GRPO on that fixed set); "no-band" (every scored seed batch trains
+    # the simulator, no |p_hat - alpha| filter). The alpha sweep is the curriculum callback's `alpha`.
+    variant: Literal["genenv", "genenv-random", "static", "no-band"] = "genenv"
     agent_sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256))
     sim_sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=512))
     eval_max_new_tokens: int = 256

@@ -57,6 +57,8 @@ class GenEnvDataModule(L.LightningDataModule):
         self.pools = Pools()
         self.success_rates: dict[str, float] = {}  # seed id -> EMA of p_hat of its variations
         self.last_round: RoundStats | None = None
+        self.static_tasks: list[dict] | None = None  # the fixed task set of the "static" ablation
+        self.tasks_seen = 0  # agent training tasks rolled out so far (x G rollouts each): the data-efficiency axis
 
     # ---- Lightning data hooks -----------------------------------------------------------
     def train_dataloader(self) -> DataLoader:
@@ -97,15 +99,21 @@ class GenEnvDataModule(L.LightningDataModule):
         t0 = time.perf_counter()
 
         seeds_all = self.env.seed_tasks()
-        seeds = self.rng.sample(seeds_all, k=min(cfg.seeds_per_epoch, len(seeds_all)))
         sim_params = _with_n(cfg.sim_sampling, cfg.num_generations_per_prompt)
-        batches = generate_tasks(self.env, module.simulator, module.backend, seeds, self.success_rates, sim_params, progress)
-
-        work: list[tuple[Task, str, int | None]] = [(t, "fresh", i) for i, b in enumerate(batches) for t in b.tasks]
+        if cfg.variant == "static":  # a fixed set generated once; the simulator is not used again
+            batches = []
+            work: list[tuple[Task, str, int | None]] = [
+                (t, "static", None) for t in self._static_sample(module, seeds_all, sim_params, progress)]
+        else:
+            seeds = self.rng.sample(seeds_all, k=min(cfg.seeds_per_epoch, len(seeds_all)))
+            batches = generate_tasks(self.env, module.simulator, module.backend, seeds, self.success_rates, sim_params,
+                                     progress)
+            work = [(t, "fresh", i) for i, b in enumerate(batches) for t in b.tasks]
         work += [(t, "base", None) for t in self.rng.sample(seeds_all, k=min(cfg.base_tasks_per_epoch, len(seeds_all)))]
         work += [(t, "replay", None) for t in self.pools.sample_train_tasks(self.rng, cfg.replay_tasks_per_epoch)]
         groups = rollout(self.env, module.agent, module.backend, work, _with_n(cfg.agent_sampling, cfg.group_size), progress)
         gen_seconds = time.perf_counter() - t0
+        self.tasks_seen += len(groups)
 
         for g in groups:
             if g.seed_index is not None:
@@ -116,17 +124,34 @@ class GenEnvDataModule(L.LightningDataModule):
                 old = self.success_rates.get(b.seed.id)
                 self.success_rates[b.seed.id] = b.p_hat if old is None else cfg.success_ema * old + (1 - cfg.success_ema) * b.p_hat
         curriculum.score(batches)  # sets r_env and in_band on each seed batch
+        if cfg.variant == "no-band":
+            for b in batches:
+                b.in_band = b.p_hat is not None
 
         for g in groups:
             if g.source == "fresh":
                 self.pools.add_train(epoch, g.task, g.rewards, [r.text for r in g.rollouts] if cfg.keep_rollout_text else None)
-        sim_samples = [(b, g) for b in batches if b.in_band for g in b.task_generations] if cfg.train_simulator else []
+        train_sim = cfg.variant in ("genenv", "no-band")
+        sim_samples = [(b, g) for b in batches if b.in_band for g in b.task_generations] if train_sim else []
         for b, g in sim_samples:
             self.pools.add_env(epoch, b.seed.id, b.prompt, g.text, b.p_hat, b.r_env)
 
         steps, zero_std_frac = self._build_steps(groups, sim_samples, module.agent.pad_id, module.simulator.pad_id)
         self.last_round = RoundStats(epoch, batches, groups, self._metrics(batches, groups, zero_std_frac, gen_seconds))
         return steps
+
+    def _static_sample(self, module, seeds_all: list[Task], sim_params, progress) -> list[Task]:
+        """The "static" ablation: K variations of every seed, generated once (first epoch) by the
+        initial simulator and kept in D_train; each epoch trains on as many of them as GenEnv's
+        seeds_per_epoch x K fresh tasks."""
+        if self.static_tasks is None:
+            batches = generate_tasks(self.env, module.simulator, module.backend, seeds_all, {}, sim_params, progress)
+            tasks = [t for b in batches for t in b.tasks]
+            for t in tasks:
+                self.pools.add_train(self.trainer.current_epoch, t, [], None)
+            self.static_tasks = [t.to_dict() for t in tasks]
+        n = min(self.cfg.seeds_per_epoch * self.cfg.num_generations_per_prompt, len(self.static_tasks))
+        return [Task.from_dict(d) for d in self.rng.sample(self.static_tasks, k=n)]
 
     def _build_steps(self, groups: list[Group], sim_samples: list[tuple[SeedBatch, Any]], agent_pad: int, sim_pad: int):
         cfg = self.cfg
@@ -158,12 +183,12 @@ class GenEnvDataModule(L.LightningDataModule):
             steps.append(step)
         return steps, zero / max(len(groups), 1)
 
-    @staticmethod
-    def _metrics(batches: list[SeedBatch], groups: list[Group], zero_std_frac: float, seconds: float) -> dict[str, float]:
+    def _metrics(self, batches: list[SeedBatch], groups: list[Group], zero_std_frac: float, seconds: float) -> dict[str, float]:
         scored = [b for b in batches if b.p_hat is not None]
         n_gen = sum(len(b.generations) for b in batches)
         n_invalid = sum(sum(b.invalid.values()) for b in batches)
-        fresh = [t for b in batches for t in b.tasks]
+        fresh = [t for b in batches for t in b.tasks] + [g.task for g in groups if g.source == "static"]
+        static = [s for g in groups if g.source == "static" for s in g.successes]
         tokens = sum(len(g.response_ids) for b in batches for g in b.generations)
         tokens += sum(len(r.response_ids) for g in groups for r in g.rollouts)
         mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
@@ -173,7 +198,8 @@ class GenEnvDataModule(L.LightningDataModule):
                 reasons[r] = reasons.get(r, 0) + c
         return {
             **{f"coevo/invalid/{r}": c / max(n_gen, 1) for r, c in reasons.items()},
-            "coevo/success_rate": mean([b.p_hat for b in scored]),
+            # static ablation: the same quantity over its fixed tasks (no seed batches, no simulator)
+            "coevo/success_rate": mean([b.p_hat for b in scored]) if not static else mean([float(x) for x in static]),
             "coevo/alpha_reward": mean([b.r_env for b in scored]),
             "coevo/in_band_frac": mean([float(b.in_band) for b in scored]),
             "coevo/invalid_rate": n_invalid / max(n_gen, 1),
@@ -182,6 +208,7 @@ class GenEnvDataModule(L.LightningDataModule):
             "coevo/valid_tasks": float(len(fresh)),
             "agent/zero_std_frac": zero_std_frac,
             "agent/train_reward": mean([r for g in groups for r in g.rewards]),
+            "agent/tasks_seen": float(self.tasks_seen),
             "perf/rollout_tokens_per_s": tokens / max(seconds, 1e-9),
             "perf/generation_seconds": seconds,
         }
@@ -189,12 +216,15 @@ class GenEnvDataModule(L.LightningDataModule):
     # ---- checkpointing: pools and per-seed statistics survive a restart ----------------
     def state_dict(self) -> dict[str, Any]:
         return {"pools": self.pools.state_dict(), "success_rates": dict(self.success_rates),
-                "rng": _rng_to_list(self.rng.getstate())}
+                "rng": _rng_to_list(self.rng.getstate()), "static_tasks": self.static_tasks,
+                "tasks_seen": self.tasks_seen}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pools.load_state_dict(state["pools"])
         self.success_rates = dict(state["success_rates"])
         self.rng.setstate(_rng_from_list(state["rng"]))
+        self.static_tasks = state.get("static_tasks")
+        self.tasks_seen = state.get("tasks_seen", 0)
 
 
 def _with_n(params, n: int):

@@ -1,0 +1,63 @@
+"""The paper's ablations as one-line switches (`data.coevo.variant`), each in a real two-epoch fit."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_fit import _fit
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("model-cache")
+
+
+def _sim_params(module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in module.simulator.parameters()]
+
+
+def test_genenv_random_generates_every_epoch_but_never_trains_the_simulator(tmp_path, cache):
+    cli = _fit(tmp_path, cache, 2, "--data.coevo.variant", "genenv-random")
+    dm, module = cli.datamodule, cli.model
+    assert module.counters["sim_updates"] == 0 and module.counters["agent_updates"] >= 1
+    assert dm.pools.env == []  # no simulator samples are kept for a simulator that does not learn
+    assert {e["epoch"] for e in dm.pools.train} == {0, 1}  # fresh tasks every epoch
+
+
+def test_static_generates_once_then_trains_the_agent_on_the_fixed_set(tmp_path, cache):
+    cli = _fit(tmp_path, cache, 3, "--data.coevo.variant", "static")
+    dm, module = cli.datamodule, cli.model
+    assert module.counters["sim_updates"] == 0 and module.counters["agent_updates"] >= 2
+    fixed = {t["id"] for t in dm.static_tasks}
+    assert fixed and len(dm.pools.train) == len(fixed)  # the set is added to D_train once, not per epoch
+    assert {e["epoch"] for e in dm.pools.train} == {0}
+    stats = dm.last_round
+    assert {g.task.id for g in stats.groups if g.source == "static"} <= fixed
+    assert stats.batches == []  # the simulator is not asked again after the first epoch
+    assert 0.0 <= stats.metrics["coevo/success_rate"] <= 1.0  # success on the fixed tasks, for the calibration plot
+    # The fixed set survives a checkpoint round trip: a resumed run trains on the same tasks.
+    ckpt = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert ckpt["GenEnvDataModule"]["static_tasks"] == dm.static_tasks
+
+
+def test_no_band_trains_the_simulator_on_every_scored_seed_batch(tmp_path, cache):
+    # alpha = 5 puts no batch in band: only the no-band variant still updates the simulator.
+    cli = _fit(tmp_path, cache, 1, "--data.coevo.variant", "no-band", curriculum={"alpha": 5.0, "filtering_k": 0.1})
+    stats = cli.datamodule.last_round
+    scored = [b for b in stats.batches if b.p_hat is not None]
+    assert scored and all(b.in_band for b in scored)
+    assert cli.model.counters["sim_updates"] >= 1 and len(cli.datamodule.pools.env) > 0
+
+
+def test_unknown_variant_names_the_key(tmp_path, cache, capsys):
+    with pytest.raises(SystemExit):
+        _fit(tmp_path, cache, 1, "--data.coevo.variant", "genenv-typo")
+    assert "variant" in capsys.readouterr().err
+
+
+def test_tasks_seen_counts_every_rolled_out_training_task(tmp_path, cache):
+    cli = _fit(tmp_path, cache, 2)
+    dm = cli.datamodule
+    assert dm.tasks_seen > 0 and dm.last_round.metrics["agent/tasks_seen"] == dm.tasks_seen
