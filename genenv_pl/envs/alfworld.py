@@ -256,7 +256,7 @@ def _extract_json(text: str) -> dict[str, Any]:
             obj, _ = decoder.raw_decode(body, start)
             if isinstance(obj, dict):
                 return obj
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, a number past 4300 digits, deep nesting
             pass
         start = body.find("{", start + 1)
     raise InvalidTask("unparseable", "no JSON object")

@@ -427,6 +427,8 @@ def schema_problem(tool: Any) -> str | None:
     for pname, spec in props.items():
         if not isinstance(spec, dict) or canonical_type(spec.get("type")) is None:
             return f"{tool['name']}.{pname}: unknown type"
+        if "items" in spec and not isinstance(spec["items"], dict):
+            return f"{tool['name']}.{pname}: items must be an object"
     required = params.get("required", [])
     if not isinstance(required, list) or not all(isinstance(r, str) and r in props for r in required):
         return f"{tool['name']}: required must list declared parameters"

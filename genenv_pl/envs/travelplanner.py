@@ -183,7 +183,7 @@ def parse_query(text: str, city_state: dict[str, str], states: set[str]) -> dict
         raise ValueError("no destination " + ("city" if days == 3 else "state"))
     count = re.search(r"\b(\d+|one|two|three|a solitary|a single|just one|only one)\s+(?:\w+\s+)?cit(?:y|ies)\b",
                       text, re.I)
-    if count and _num(count.group(1).split()[-1].replace("solitary", "one")) != VISITING_CITIES[days]:
+    if count and _num(count.group(1).split()[-1].lower().replace("solitary", "one")) != VISITING_CITIES[days]:
         raise ValueError(f"a {days}-day trip visits {VISITING_CITIES[days]} cities")
     masked = text
     for start, end, _ in places:  # city names must not trigger constraints ("Indian...", "Mission")
@@ -559,10 +559,10 @@ class TravelPlannerEnv(Environment):
         for key, parsed in spec["local_constraint"].items():
             value = given.get(key)
             if key == "cuisine":
-                value = sorted(value) if isinstance(value, list) and value else None
+                value = sorted(value, key=str) if isinstance(value, list) and value else None
                 parsed = sorted(parsed) if parsed else None
             allowed = {"house rule": HOUSE_RULES, "room type": ROOM_TYPES, "transportation": TRANSPORT_RULES}
-            if key in allowed and value is not None and value not in allowed[key]:
+            if key in allowed and value is not None and (not isinstance(value, str) or value not in allowed[key]):
                 raise InvalidTask("bad_constraint", f"{key}: {value!r}")
             if value != parsed:
                 raise InvalidTask("inconsistent_fields", f"{key}: JSON {value!r}, text {parsed!r}")
