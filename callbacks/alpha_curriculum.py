@@ -41,7 +41,9 @@ class AlphaCurriculumCallback(L.Callback):
         if stats is None:
             return
         # NaN where undefined (no valid generated task this epoch): the tag still appears, as a gap.
-        pl_module.log_dict(dict(stats.metrics), on_step=False, on_epoch=True, batch_size=1)
+        # The metrics are already global (the data module gathers them from every rank): equal on all
+        # ranks, with the same keys, so the sync is a no-op average that keeps Lightning's ranks consistent.
+        pl_module.log_dict(dict(stats.metrics), on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
         n = self.print_every_n_epochs
         if n and (trainer.current_epoch % n == 0 or trainer.current_epoch == trainer.max_epochs - 1):
             m = stats.metrics

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from genenv_pl.batching import pack
 from genenv_pl.coevo import Group, SeedBatch, generate_tasks, rollout
 from genenv_pl.config import CoevoConfig
 from genenv_pl.curriculum import success_rate
+from genenv_pl.distributed import RankSync
 from genenv_pl.envs import Environment, Task, make_env
 from genenv_pl.losses import group_advantages
 from genenv_pl.pools import Pools
@@ -59,11 +60,24 @@ class GenEnvDataModule(L.LightningDataModule):
         self.last_round: RoundStats | None = None
         self.static_tasks: list[dict] | None = None  # the fixed task set of the "static" ablation
         self.tasks_seen = 0  # agent training tasks rolled out so far (x G rollouts each): the data-efficiency axis
+        self.generated_through = -1  # last epoch whose data was generated (saved: a resume must not redo it)
+        self._rank_seeded = False  # several ranks: each one's torch sampling seed was made its own
 
     # ---- Lightning data hooks -----------------------------------------------------------
     def train_dataloader(self) -> DataLoader:
+        if self.trainer.current_epoch <= self.generated_through:
+            # Resuming from a checkpoint taken at the end of epoch e, Lightning asks for epoch e's
+            # loader once more before it moves on to e + 1 (and then asks again). Generating here
+            # would add never-trained tasks to the pools and advance the rng: return a placeholder
+            # that is replaced before it runs.
+            return DataLoader([{"agent": None, "sim": None}], batch_size=None)
         steps = self.generate_epoch()
-        return DataLoader(steps, batch_size=None, shuffle=False, num_workers=0)
+        self.generated_through = self.trainer.current_epoch
+        # Several ranks: `steps` is already this rank's shard. A one-replica DistributedSampler keeps
+        # Lightning (use_distributed_sampler) from splitting it again.
+        own = RankSync(self.trainer).distributed
+        sampler = DistributedSampler(steps, num_replicas=1, rank=0, shuffle=False) if own else None
+        return DataLoader(steps, batch_size=None, shuffle=False, sampler=sampler, num_workers=0)
 
     def val_dataloader(self) -> DataLoader:
         return self._task_loader(self.eval_tasks())
@@ -85,6 +99,10 @@ class GenEnvDataModule(L.LightningDataModule):
         return kept
 
     def _task_loader(self, tasks: list[Task]) -> DataLoader:
+        # Similar prompt lengths share a batch: left padding to the longest prompt is wasted compute
+        # (a 5K-token prompt next to 300-token ones costs 16x on a CPU). Results are per task, so
+        # the order does not matter.
+        tasks = sorted(tasks, key=lambda t: sum(len(m["content"]) for m in self.env.agent_prompt(t)))
         return DataLoader([t.to_dict() for t in tasks], batch_size=self.cfg.eval_batch_size, shuffle=False,
                           collate_fn=_collate_tasks)
 
@@ -96,65 +114,125 @@ class GenEnvDataModule(L.LightningDataModule):
         progress = _find_progress(trainer)
         epoch = trainer.current_epoch
         cfg = self.cfg
+        # Several ranks (DDP/FSDP): all draw the same plan from the shared rng, each generates and
+        # rolls out its shard, then the results that must be global are exchanged (one process: as is).
+        sync = RankSync(trainer)
+        if sync.distributed and not self._rank_seeded:
+            # seed_everything gave every rank the same torch seed: make their sampling noise differ.
+            torch.manual_seed(torch.initial_seed() + 1_000_003 * sync.rank)
+            self._rank_seeded = True
         t0 = time.perf_counter()
 
         seeds_all = self.env.seed_tasks()
         sim_params = _with_n(cfg.sim_sampling, cfg.num_generations_per_prompt)
+        seeds: list[Task] = []
+        planned: list[tuple[Task, str]] = []
         if cfg.variant == "static":  # a fixed set generated once; the simulator is not used again
-            batches = []
-            work: list[tuple[Task, str, int | None]] = [
-                (t, "static", None) for t in self._static_sample(module, seeds_all, sim_params, progress)]
+            planned = [(t, "static") for t in self._static_sample(module, seeds_all, sim_params, progress, sync)]
         else:
             seeds = self.rng.sample(seeds_all, k=min(cfg.seeds_per_epoch, len(seeds_all)))
-            batches = generate_tasks(self.env, module.simulator, module.backend, seeds, self.success_rates, sim_params,
-                                     progress)
-            work = [(t, "fresh", i) for i, b in enumerate(batches) for t in b.tasks]
-        work += [(t, "base", None) for t in self.rng.sample(seeds_all, k=min(cfg.base_tasks_per_epoch, len(seeds_all)))]
-        work += [(t, "replay", None) for t in self.pools.sample_train_tasks(self.rng, cfg.replay_tasks_per_epoch)]
-        groups = rollout(self.env, module.agent, module.backend, work, _with_n(cfg.agent_sampling, cfg.group_size), progress)
-        gen_seconds = time.perf_counter() - t0
-        self.tasks_seen += len(groups)
+        planned += [(t, "base") for t in self.rng.sample(seeds_all, k=min(cfg.base_tasks_per_epoch, len(seeds_all)))]
+        planned += [(t, "replay") for t in self.pools.sample_train_tasks(self.rng, cfg.replay_tasks_per_epoch)]
+        # Step order is shuffled per rank; drawn here so that the shared rng stays identical on all ranks.
+        step_rng = random.Random(self.rng.getrandbits(64) + sync.rank) if sync.distributed else self.rng
+        batches = [] if cfg.variant == "static" else self._generate_sharded(module, seeds, self.success_rates, sim_params,
+                                                                           progress, sync)
 
-        for g in groups:
-            if g.seed_index is not None:
-                batches[g.seed_index].successes.extend(g.successes)
-        for b in batches:
-            if b.successes:
-                b.p_hat = float(success_rate(torch.tensor(b.successes)))
-                old = self.success_rates.get(b.seed.id)
-                self.success_rates[b.seed.id] = b.p_hat if old is None else cfg.success_ema * old + (1 - cfg.success_ema) * b.p_hat
-        curriculum.score(batches)  # sets r_env and in_band on each seed batch
-        if cfg.variant == "no-band":
+        agent = module.for_generation("agent")  # FSDP: gathers the weights (all ranks), then samples locally
+        with sync.guard() as failure:  # this rank's share: rollouts, rewards, p_hat, new pool entries, steps
+            work: list[tuple[Task, str, int | None]] = [(t, "fresh", i) for i, b in enumerate(batches) for t in b.tasks]
+            work += [(t, source, None) for t, source in sync.shard(planned)]
+            groups = rollout(self.env, agent, module.backend, work, _with_n(cfg.agent_sampling, cfg.group_size), progress)
+            gen_seconds = time.perf_counter() - t0
+
+            for g in groups:
+                if g.seed_index is not None:
+                    batches[g.seed_index].successes.extend(g.successes)
+            rates: dict[str, float] = {}
             for b in batches:
-                b.in_band = b.p_hat is not None
+                if b.successes:
+                    b.p_hat = float(success_rate(torch.tensor(b.successes)))
+                    old = rates.get(b.seed.id, self.success_rates.get(b.seed.id))
+                    rates[b.seed.id] = b.p_hat if old is None else cfg.success_ema * old + (1 - cfg.success_ema) * b.p_hat
+            curriculum.score(batches)  # sets r_env and in_band on each seed batch
+            if cfg.variant == "no-band":
+                for b in batches:
+                    b.in_band = b.p_hat is not None
 
-        for g in groups:
-            if g.source == "fresh":
-                self.pools.add_train(epoch, g.task, g.rewards, [r.text for r in g.rollouts] if cfg.keep_rollout_text else None)
-        train_sim = cfg.variant in ("genenv", "no-band")
-        sim_samples = [(b, g) for b in batches if b.in_band for g in b.task_generations] if train_sim else []
-        for b, g in sim_samples:
-            self.pools.add_env(epoch, b.seed.id, b.prompt, g.text, b.p_hat, b.r_env)
+            new = Pools()
+            for g in groups:
+                if g.source == "fresh":
+                    new.add_train(epoch, g.task, g.rewards, [r.text for r in g.rollouts] if cfg.keep_rollout_text else None)
+            train_sim = cfg.variant in ("genenv", "no-band")
+            sim_samples = [(b, g) for b in batches if b.in_band for g in b.task_generations] if train_sim else []
+            for b, g in sim_samples:
+                new.add_env(epoch, b.seed.id, b.prompt, g.text, b.p_hat, b.r_env)
 
-        steps, zero_std_frac = self._build_steps(groups, sim_samples, module.agent.pad_id, module.simulator.pad_id)
-        self.last_round = RoundStats(epoch, batches, groups, self._metrics(batches, groups, zero_std_frac, gen_seconds))
+            steps, zero_std_frac = self._build_steps(groups, sim_samples, module.agent.pad_id, module.simulator.pad_id,
+                                                     step_rng)
+            shown_batches, shown_groups = _lite(batches, groups) if sync.distributed else (batches, groups)
+            mine = {"rates": rates, "train": new.train, "env": new.env, "batches": shown_batches, "groups": shown_groups,
+                    "zero_std": round(zero_std_frac * max(len(groups), 1)), "steps": len(steps), "seconds": gen_seconds}
+
+        # Global: success rates, pools (rank order: every rank holds the same pools), metrics, step count.
+        parts = sync.exchange(mine if failure.error is None else None, failure, "agent rollouts")
+        all_batches, all_groups = [], []
+        for part in parts:
+            self.success_rates.update(part["rates"])
+            self.pools.train.extend(part["train"])
+            self.pools.env.extend(part["env"])
+            offset = len(all_batches)
+            all_batches += part["batches"]
+            all_groups += [g if g.seed_index is None or not offset else replace(g, seed_index=g.seed_index + offset)
+                           for g in part["groups"]]
+        self.tasks_seen += len(all_groups)
+        zero_std_frac = sum(p["zero_std"] for p in parts) / max(len(all_groups), 1)
+        gen_seconds = max(p["seconds"] for p in parts)
+        # Every rank runs as many training steps (DDP/FSDP collectives in backward): pad with empty
+        # steps, in which GenEnvModule.training_step still joins the other ranks' gradient reduction.
+        steps += [{"agent": None, "sim": None} for _ in range(max(p["steps"] for p in parts) - len(steps))]
+        self.last_round = RoundStats(epoch, all_batches, all_groups,
+                                     self._metrics(all_batches, all_groups, zero_std_frac, gen_seconds))
         return steps
 
-    def _static_sample(self, module, seeds_all: list[Task], sim_params, progress) -> list[Task]:
+    def _generate_sharded(self, module, seeds: list[Task], success_rates: dict[str, float], sim_params, progress,
+                          sync: RankSync) -> list[SeedBatch]:
+        """Simulator variations of this rank's shard of `seeds`. With several ranks, a task that
+        another rank's simulator also wrote this epoch (or that equals any seed) counts once, as
+        within one rank: the lowest rank keeps it, the others count a duplicate."""
+        batches: list[SeedBatch] = []
+        simulator = module.for_generation("simulator")  # FSDP: gathers the weights (all ranks), then samples locally
+        with sync.guard() as failure:
+            batches = generate_tasks(self.env, simulator, module.backend, sync.shard(seeds), success_rates, sim_params,
+                                     progress)
+        if sync.distributed:
+            keys = sync.exchange([self.env.task_key(t) for b in batches for t in b.tasks], failure, "simulator generation")
+            known = {self.env.task_key(s) for s in seeds}.union(*keys[: sync.rank])
+            for b in batches:
+                kept = [(t, g) for t, g in zip(b.tasks, b.task_generations) if self.env.task_key(t) not in known]
+                b.duplicates += len(b.tasks) - len(kept)
+                b.tasks, b.task_generations = [t for t, _ in kept], [g for _, g in kept]
+        return batches
+
+    def _static_sample(self, module, seeds_all: list[Task], sim_params, progress, sync: RankSync) -> list[Task]:
         """The "static" ablation: K variations of every seed, generated once (first epoch) by the
         initial simulator and kept in D_train; each epoch trains on as many of them as GenEnv's
         seeds_per_epoch x K fresh tasks."""
         if self.static_tasks is None:
-            batches = generate_tasks(self.env, module.simulator, module.backend, seeds_all, {}, sim_params, progress)
+            batches = self._generate_sharded(module, seeds_all, {}, sim_params, progress, sync)
             tasks = [t for b in batches for t in b.tasks]
+            if sync.distributed:  # every rank holds the whole set, in rank order
+                tasks = [Task.from_dict(d) for part in sync.exchange([t.to_dict() for t in tasks]) for d in part]
             for t in tasks:
                 self.pools.add_train(self.trainer.current_epoch, t, [], None)
             self.static_tasks = [t.to_dict() for t in tasks]
         n = min(self.cfg.seeds_per_epoch * self.cfg.num_generations_per_prompt, len(self.static_tasks))
         return [Task.from_dict(d) for d in self.rng.sample(self.static_tasks, k=n)]
 
-    def _build_steps(self, groups: list[Group], sim_samples: list[tuple[SeedBatch, Any]], agent_pad: int, sim_pad: int):
+    def _build_steps(self, groups: list[Group], sim_samples: list[tuple[SeedBatch, Any]], agent_pad: int, sim_pad: int,
+                     rng: random.Random | None = None):
         cfg = self.cfg
+        rng = rng or self.rng
         agent_groups, zero = [], 0
         for g in groups:
             adv, zero_std = group_advantages(torch.tensor([g.rewards], dtype=torch.float32))
@@ -162,8 +240,8 @@ class GenEnvDataModule(L.LightningDataModule):
             if zero_std.item() and cfg.drop_zero_std_groups:
                 continue
             agent_groups.append((g, adv[0]))
-        self.rng.shuffle(agent_groups)
-        self.rng.shuffle(sim_samples)
+        rng.shuffle(agent_groups)
+        rng.shuffle(sim_samples)
         agent_chunks = [agent_groups[i : i + cfg.agent_batch_size] for i in range(0, len(agent_groups), cfg.agent_batch_size)]
         sim_chunks = [sim_samples[i : i + cfg.sim_batch_size] for i in range(0, len(sim_samples), cfg.sim_batch_size)]
         n_steps = max(len(agent_chunks), len(sim_chunks), 1)  # an empty epoch still runs (and logs) one step
@@ -217,7 +295,7 @@ class GenEnvDataModule(L.LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         return {"pools": self.pools.state_dict(), "success_rates": dict(self.success_rates),
                 "rng": _rng_to_list(self.rng.getstate()), "static_tasks": self.static_tasks,
-                "tasks_seen": self.tasks_seen}
+                "tasks_seen": self.tasks_seen, "generated_through": self.generated_through}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pools.load_state_dict(state["pools"])
@@ -225,6 +303,17 @@ class GenEnvDataModule(L.LightningDataModule):
         self.rng.setstate(_rng_from_list(state["rng"]))
         self.static_tasks = state.get("static_tasks")
         self.tasks_seen = state.get("tasks_seen", 0)
+        self.generated_through = state.get("generated_through", -1)
+
+
+def _lite(batches: list[SeedBatch], groups: list[Group]) -> tuple[list[SeedBatch], list[Group]]:
+    """Copies for other ranks (metrics, sample tables): without token ids of prompts and log-probs."""
+    def strip(g):
+        return replace(g, prompt_ids=[], logprobs=[])
+
+    return ([replace(b, generations=[strip(g) for g in b.generations], task_generations=[strip(g) for g in b.task_generations])
+             for b in batches],
+            [replace(g, rollouts=[strip(r) for r in g.rollouts]) for g in groups])
 
 
 def _with_n(params, n: int):

@@ -21,9 +21,11 @@ from lightning.pytorch.utilities import rank_zero_info
 from genenv_pl.backends import SamplingParams, make_backend
 from genenv_pl.config import GRPOConfig, RWRConfig
 from genenv_pl.curriculum import rwr_weights
+from genenv_pl.batching import pack
+from genenv_pl.distributed import RankSync, full_state_dict, shard_module, sharding
 from genenv_pl.losses import grpo_loss, low_var_kl, masked_mean, rwr_loss
 from genenv_pl.models.factory import PolicyConfig, build_policy
-from genenv_pl.policy import Policy
+from genenv_pl.policy import Policy, causal_logprobs
 
 
 class GenEnvModule(L.LightningModule):
@@ -69,6 +71,10 @@ class GenEnvModule(L.LightningModule):
         # Own counters: global_step counts both optimizers' steps under manual optimization.
         self.counters = {"agent_updates": 0, "sim_updates": 0, "sim_skipped_kl": 0, "nonfinite_skipped": 0}
         self._test_rows: list[dict[str, Any]] = []
+        self._joined: set[str] = set()
+        self._blank: set[str] = set()
+        self._sharded: str | None = None  # "fsdp" / "fsdp2" once the policies are sharded
+        self._replicas: dict[str, Policy] = {}  # FSDP: local full copies that generation samples from
 
     # ---- models -------------------------------------------------------------------------
     @property
@@ -78,6 +84,45 @@ class GenEnvModule(L.LightningModule):
     def configure_model(self) -> None:
         if self.agent is not None:
             return
+        strategy = self.trainer.strategy
+        if self.trainer.state.fn == "fit":
+            _check_strategy(strategy)
+        # Several ranks: rank 0 builds first, so that a from-scratch model is warm-started once and
+        # cached, and the other ranks load it from the cache instead of racing to write it.
+        if self.trainer.global_rank != 0:
+            strategy.barrier("genenv_build_policies")
+        self._build_policies()
+        if self.trainer.global_rank == 0:
+            strategy.barrier("genenv_build_policies")
+        self._sharded = sharding(strategy)
+        if self._sharded:
+            self._shard_policies(strategy)
+
+    def _shard_policies(self, strategy) -> None:
+        """FSDP: the agent, the simulator and each reference model are sharded on their own, decoder
+        layer by decoder layer. Generation samples from a local replica of each policy (`for_generation`)."""
+        for role in ("agent", "simulator"):
+            policy = getattr(self, role)
+            if policy is not None:
+                self._replicas[role] = Policy(copy.deepcopy(policy.model), policy.tokenizer, policy.use_chat_template)
+                policy.model = shard_module(policy.model, self._sharded, strategy)
+        for name in ("agent_ref", "sim_ref"):
+            if getattr(self, name) is not None:
+                setattr(self, name, shard_module(getattr(self, name), self._sharded, strategy))
+
+    def for_generation(self, role: str) -> Policy:
+        """The policy that generation samples from: `agent` / `simulator` itself, or under FSDP a local
+        replica loaded with its current full weights. Gathering them is a collective (every rank calls
+        this equally often); generation itself then runs without one, as many forward passes as each
+        rank's own prompts need."""
+        replica = self._replicas.get(role)
+        if replica is None:
+            return getattr(self, role)
+        replica.model.to(self.device)
+        replica.model.load_state_dict(full_state_dict(getattr(self, role).model))
+        return replica
+
+    def _build_policies(self) -> None:
         self.agent = build_policy(self.agent_cfg, "agent", self.env, self.cache_dir)
         if self.trainer.state.fn != "fit":  # evaluation needs only the agent
             rank_zero_info(f"[genenv] agent: {self.agent.num_parameters():,} params")
@@ -112,14 +157,34 @@ class GenEnvModule(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         opt_agent, opt_sim = self.optimizers()
         temp = self.trainer.datamodule.cfg.agent_sampling.temperature
-        if batch["agent"] is not None:
-            self._agent_step(batch["agent"], opt_agent, temp)
-        if batch["sim"] is not None:
-            self._sim_step(batch["sim"], opt_sim, self.trainer.datamodule.cfg.sim_sampling.temperature)
+        self._joined, self._blank = set(), set()  # several ranks: roles joined / run on a blank batch in this step
+        agent_batch, sim_batch = self._lockstep("agent", batch["agent"]), self._lockstep("sim", batch["sim"])
+        if agent_batch is not None:
+            self._agent_step(agent_batch, opt_agent, temp)
+        self._join("agent", opt_agent, self.grpo.grad_clip, 0)
+        if sim_batch is not None:
+            self._sim_step(sim_batch, opt_sim, self.trainer.datamodule.cfg.sim_sampling.temperature)
+        self._join("sim", opt_sim, self.rwr.grad_clip, 1)
+
+    def _lockstep(self, who: str, b: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor] | None:
+        """FSDP: every forward pass gathers parameters from all ranks, so all ranks run the same ones.
+        If any rank has a batch for `who` in this step, a rank without one runs a blank batch, whose
+        loss counts zero (`_optimize`). DDP and one process: the batch as it is."""
+        sync = RankSync(self.trainer)
+        if not (self._sharded and sync.distributed):
+            return b
+        if not sync.sum(float(b is not None)) or b is not None:  # (the sum is a collective: every rank runs it)
+            return b
+        self._blank.add(who)
+        policy = self.agent if who == "agent" else self.simulator
+        blank = pack([[policy.pad_id]], [[policy.pad_id]], policy.pad_id, [[0.0]])
+        blank["advantages" if who == "agent" else "r_env"] = torch.zeros(1)
+        return {k: v.to(self.device) for k, v in blank.items()}
 
     def _agent_step(self, b: dict[str, torch.Tensor], opt, temperature: float) -> None:
         mask = b["response_mask"]
-        logp, entropy = self.agent.token_logprobs(b["input_ids"], b["attention_mask"], temperature, with_entropy=True)
+        logp, entropy = self.agent.token_logprobs(b["input_ids"], b["attention_mask"], temperature, with_entropy=True,
+                                                  response_mask=mask)
         logp_ref = self._ref_logprobs(self.agent, self.agent_ref, b, temperature) if self.grpo.kl_coef > 0 else None
         t = grpo_loss(logp, b["old_logp"], logp_ref, entropy, b["advantages"], mask,
                       self.grpo.clip_eps, self.grpo.kl_coef, self.grpo.entropy_coef)
@@ -133,11 +198,11 @@ class GenEnvModule(L.LightningModule):
 
     def _sim_step(self, b: dict[str, torch.Tensor], opt, temperature: float) -> None:
         mask = b["response_mask"]
-        logp, _ = self.simulator.token_logprobs(b["input_ids"], b["attention_mask"], temperature)
+        logp, _ = self.simulator.token_logprobs(b["input_ids"], b["attention_mask"], temperature, response_mask=mask)
         # KL per update, measured against the policy that generated these samples this epoch.
         update_kl = masked_mean(low_var_kl(b["old_logp"], logp.detach()), mask)
         self.log("sim/update_kl", update_kl, on_step=False, on_epoch=True, batch_size=1)
-        if update_kl > self.rwr.kl_cap:
+        if self._over_kl_cap(update_kl):
             self.counters["sim_skipped_kl"] += 1
             self.log("sim/skipped_kl", float(self.counters["sim_skipped_kl"]), on_step=False, on_epoch=True, reduce_fx="max",
                      batch_size=1)
@@ -149,27 +214,71 @@ class GenEnvModule(L.LightningModule):
         self.log_dict({"sim/loss": t.loss.detach(), "sim/nll": t.nll.detach(), "sim/kl": t.kl.detach()},
                       on_step=False, on_epoch=True, batch_size=int(b["input_ids"].shape[0]))
 
-    def _optimize(self, who: str, loss: torch.Tensor, opt, grad_clip: float, scheduler: int) -> bool:
-        """One optimizer step on `loss`; a non-finite loss skips the step (counted, logged)."""
-        if not torch.isfinite(loss):
+    def _optimize(self, who: str, loss: torch.Tensor | None, opt, grad_clip: float, scheduler: int) -> bool:
+        """One optimizer step on `loss`; a non-finite loss skips the step (counted, logged).
+
+        Several ranks: every rank comes here once per role and step (`_join`), with loss None when
+        it has nothing to add. If any rank has a loss, all of them step together, so that their
+        weights stay equal, and the losses are rescaled so that the gradient is the mean over the
+        ranks that contributed. DDP: a rank without a loss (no batch, KL cap, non-finite loss)
+        back-propagates a zero through the policy's parameters, which keeps it in the same gradient
+        all-reduce. FSDP: every rank ran the same forward passes (`_lockstep`); a blank batch's loss
+        counts zero, and a non-finite loss on any rank skips the step on all of them.
+        Returns whether this rank's own loss was applied."""
+        finite = loss is not None and bool(torch.isfinite(loss))
+        if loss is not None and not finite:
             self._skip_nonfinite(who)
+        own = finite and who not in self._blank
+        sync = RankSync(self.trainer)
+        policy = self.agent if who == "agent" else self.simulator
+        if sync.distributed:
+            self._joined.add(who)
+            if self._sharded:  # FSDP: all ranks ran this role's forward passes; all go backward, or none
+                if sync.sum(float(loss is not None and not finite)):
+                    return False
+                contributing = sync.sum(float(own))
+                if contributing == 0:
+                    return False
+                loss = loss * (sync.world / contributing) if own else loss * 0.0
+            else:
+                contributing = sync.sum(float(finite))
+                if contributing == 0:
+                    return False
+                loss = loss * (sync.world / contributing) if finite else _zero_through(policy)
+        elif not finite:
             return False
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
-        self.clip_gradients(opt, gradient_clip_val=grad_clip, gradient_clip_algorithm="norm")
+        if self._sharded == "fsdp":  # FSDP (1): the norm over all shards, computed by the wrapper
+            policy.model.clip_grad_norm_(grad_clip)
+        else:
+            self.clip_gradients(opt, gradient_clip_val=grad_clip, gradient_clip_algorithm="norm")
         opt.step()
+        self.backend.sync(policy)  # the generation engine samples from the new weights (vLLM; HF: no-op)
         self.lr_schedulers()[scheduler].step()
         self.counters[f"{who}_updates"] += 1
-        return True
+        return own
+
+    def _over_kl_cap(self, update_kl: torch.Tensor) -> bool:
+        """The simulator's KL cap. FSDP: a step is skipped on every rank or on none (the same
+        backward passes everywhere); one process and DDP: this rank's own decision."""
+        over = bool(update_kl > self.rwr.kl_cap) and "sim" not in self._blank
+        sync = RankSync(self.trainer)
+        return sync.sum(float(over)) > 0 if self._sharded and sync.distributed else over
+
+    def _join(self, who: str, opt, grad_clip: float, scheduler: int) -> None:
+        """Several ranks: a rank that did not reach `_optimize` for `who` in this step joins it now."""
+        if who not in self._joined and RankSync(self.trainer).distributed:
+            self._optimize(who, None, opt, grad_clip, scheduler)
 
     def _ref_logprobs(self, policy: Policy, ref, b, temperature: float) -> torch.Tensor:
+        """Reference log-probs on the response tokens (0 elsewhere; only those enter the KL)."""
+        args = (b["input_ids"], b["attention_mask"], temperature)
         with torch.no_grad():
             if ref is None:  # LoRA: the base model is the reference
                 with policy.model.disable_adapter():
-                    return policy.token_logprobs(b["input_ids"], b["attention_mask"], temperature)[0]
-            logits = ref(input_ids=b["input_ids"], attention_mask=b["attention_mask"], use_cache=False).logits
-            logp = torch.log_softmax(logits[:, :-1].float() / temperature, -1).gather(-1, b["input_ids"][:, 1:, None])
-            return torch.nn.functional.pad(logp.squeeze(-1), (1, 0))
+                    return policy.token_logprobs(*args, response_mask=b["response_mask"])[0]
+            return causal_logprobs(ref, *args, response_mask=b["response_mask"])[0]
 
     def _skip_nonfinite(self, who: str) -> None:
         self.counters["nonfinite_skipped"] += 1
@@ -185,9 +294,10 @@ class GenEnvModule(L.LightningModule):
     def evaluate_tasks(self, tasks) -> list[dict[str, Any]]:
         """Greedy agent answers scored by the environment: one row of metrics per task."""
         dm = self.trainer.datamodule
-        prompts = [self.agent.render(self.env.agent_prompt(t)) for t in tasks]
+        agent = self.for_generation("agent")
+        prompts = [agent.render(self.env.agent_prompt(t)) for t in tasks]
         params = SamplingParams(max_new_tokens=dm.cfg.eval_max_new_tokens, greedy=True)
-        gens = self.backend.generate(self.agent, prompts, params)
+        gens = self.backend.generate(agent, prompts, params)
         rows = []
         for task, g in zip(tasks, gens):
             try:
@@ -259,7 +369,8 @@ class GenEnvModule(L.LightningModule):
     def _act(self, messages: list[dict[str, str]]) -> str:
         """The agent as an interactive player: greedy text for one turn."""
         params = SamplingParams(max_new_tokens=self.trainer.datamodule.cfg.eval_max_new_tokens, greedy=True)
-        return self.backend.generate(self.agent, [self.agent.render(messages)], params)[0][0].text
+        agent = self._replicas.get("agent", self.agent)  # FSDP: the replica test_step loaded (no collective per turn)
+        return self.backend.generate(agent, [agent.render(messages)], params)[0][0].text
 
     # ---- checkpoint ---------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -269,6 +380,22 @@ class GenEnvModule(L.LightningModule):
 
 def _linear_warmup(steps: int):
     return lambda update: min(1.0, (update + 1) / steps) if steps > 0 else 1.0
+
+
+def _check_strategy(strategy) -> None:
+    """The two policies learn in separate backward passes, each leaving the other's parameters
+    without a gradient: DDP has to be told (find_unused_parameters), or it fails at the second step."""
+    from lightning.pytorch.strategies import DDPStrategy
+
+    if isinstance(strategy, DDPStrategy) and not getattr(strategy, "_ddp_kwargs", {}).get("find_unused_parameters"):
+        raise ValueError("GenEnv under DDP needs find_unused_parameters=True (the agent's and the simulator's updates are "
+                         "separate backward passes): use --trainer.strategy ddp_find_unused_parameters_true, or "
+                         "DDPStrategy with init_args {find_unused_parameters: true}")
+
+
+def _zero_through(policy: torch.nn.Module) -> torch.Tensor:
+    """A zero loss whose gradient reaches every trainable parameter of `policy` (as zeros)."""
+    return sum(p.sum() for p in policy.parameters() if p.requires_grad) * 0.0
 
 
 def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

@@ -18,6 +18,7 @@ class SamplingParams:
     top_p: float = 1.0
     n: int = 1
     greedy: bool = False
+    min_new_tokens: int = 0  # EOS masked before this many tokens (0: off; benchmarks use it for fixed-length rollouts)
 
 
 @dataclass
@@ -34,5 +35,6 @@ class GenerationBackend(ABC):
     def generate(self, policy: Policy, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
         """For each prompt, `params.n` generations (outer list aligned with `prompts`)."""
 
-    def sync_weights(self, policy: Policy) -> None:
-        """Push the policy's current weights to the engine (a no-op for in-process HF)."""
+    def sync(self, policy: Policy) -> None:
+        """Called after each optimizer step of `policy`: push its current weights to the engine
+        (a no-op for HF, which samples from the training model itself)."""

@@ -43,9 +43,23 @@ def _tiny_tokenizer(env: Environment, spec: TinyModelSpec, cache_dir: str):
     path = os.path.join(cache_dir, f"tokenizer-{env.name}-{_digest([corpus, spec.tokenizer_vocab_size])}")
     if not os.path.isdir(path):
         tok = train_tokenizer(corpus, spec.tokenizer_vocab_size)
-        tok.save_pretrained(path + ".tmp")
-        os.replace(path + ".tmp", path)
+        _publish(tok.save_pretrained, path)
     return AutoTokenizer.from_pretrained(path)
+
+
+def _publish(save, path: str) -> None:
+    """Write a cache folder atomically: into a folder of this process, then renamed. Processes
+    that build the same entry at once (ranks on one node) each write their own; the first rename wins."""
+    import shutil
+
+    tmp = f"{path}.tmp{os.getpid()}"
+    save(tmp)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        if not os.path.isdir(path):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def build_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str) -> Policy:
@@ -96,7 +110,6 @@ def _tiny_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str)
     policy = Policy(model, tokenizer, use_chat_template=False)
     if cfg.warm_start.steps > 0:
         _warm_start(policy, cfg, role, env)
-    policy.save_pretrained(path + ".tmp")
-    os.replace(path + ".tmp", path)  # atomic: a killed warm start never leaves a half-written cache
+    _publish(policy.save_pretrained, path)  # atomic: a killed warm start never leaves a half-written cache
     return policy
 

@@ -1,0 +1,101 @@
+"""Test-only callbacks for the multi-process tests (tests/test_ddp.py).
+
+They run inside the `python main.py fit` ranks that the tests start (tests/ is put on PYTHONPATH),
+so production code carries no test hook: the callbacks wrap the data module's module-level
+`generate_tasks` / `rollout` of their own process in `setup`."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import defaultdict
+
+import lightning as L
+
+import genenv_pl.datamodule as datamodule
+
+
+def digest(state: dict, prefix: str) -> str:
+    """sha256 over the tensors of a state dict whose keys start with `prefix` (e.g. "agent.")."""
+    from torch.distributed.tensor import DTensor
+
+    h = hashlib.sha256()
+    for k in sorted(k for k in state if k.startswith(prefix)):
+        v = state[k].full_tensor() if isinstance(state[k], DTensor) else state[k]  # FSDP2: gathered (collective)
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().float().numpy().tobytes())
+    return h.hexdigest()
+
+
+def task_key(task_dict: dict) -> str:
+    return json.dumps(task_dict, sort_keys=True)
+
+
+class RankReport(L.Callback):
+    """Each rank writes `<out_dir>/rank<r>.json`: the seeds it generated from and the fresh tasks it
+    rolled out (its shard), its training steps per epoch, the epoch metrics it holds, and digests
+    of its final weights. `starve_rank`: that rank drops the agent batch of each epoch's first step,
+    so that the other rank updates the agent alone there (the starved rank must still join)."""
+
+    def __init__(self, out_dir: str, starve_rank: int | None = None):
+        super().__init__()
+        self.out_dir = out_dir
+        self.starve_rank = starve_rank
+        self.seeds: dict[int, list[str]] = defaultdict(list)
+        self.fresh: dict[int, list[str]] = defaultdict(list)
+        self.steps: dict[int, int] = defaultdict(int)
+        self.empty_steps: dict[int, int] = defaultdict(int)
+        self.metrics: dict[int, dict] = {}
+
+    def setup(self, trainer, pl_module, stage):
+        generate, roll = datamodule.generate_tasks, datamodule.rollout
+
+        def generate_tasks(env, simulator, backend, seeds, *args, **kwargs):
+            self.seeds[trainer.current_epoch] += [s.id for s in seeds]
+            return generate(env, simulator, backend, seeds, *args, **kwargs)
+
+        def rollout(env, agent, backend, tasks, *args, **kwargs):
+            self.fresh[trainer.current_epoch] += [task_key(t.to_dict()) for t, source, _ in tasks if source == "fresh"]
+            return roll(env, agent, backend, tasks, *args, **kwargs)
+
+        datamodule.generate_tasks, datamodule.rollout = generate_tasks, rollout
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_rank == self.starve_rank and batch_idx == 0:
+            batch["agent"] = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.steps[trainer.current_epoch] += 1
+        self.empty_steps[trainer.current_epoch] += int(batch["agent"] is None and batch["sim"] is None)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.metrics[trainer.current_epoch] = dict(trainer.datamodule.last_round.metrics)
+
+    def on_train_end(self, trainer, pl_module):
+        state = pl_module.state_dict()
+        dm = trainer.datamodule
+        report = {"rank": trainer.global_rank, "world_size": trainer.world_size, "seeds": self.seeds,
+                  "fresh": self.fresh, "steps": self.steps, "empty_steps": self.empty_steps, "metrics": self.metrics,
+                  "agent": digest(state, "agent."), "simulator": digest(state, "simulator."),
+                  "counters": pl_module.counters, "pools": [len(dm.pools.train), len(dm.pools.env)],
+                  "success_rates": dm.success_rates}
+        os.makedirs(self.out_dir, exist_ok=True)
+        with open(os.path.join(self.out_dir, f"rank{trainer.global_rank}.json"), "w") as f:
+            json.dump(report, f)
+
+
+class FailRollouts(L.Callback):
+    """Makes the agent rollouts of one rank raise (from the first epoch on)."""
+
+    def __init__(self, rank: int = 1, message: str = "injected rollout failure"):
+        super().__init__()
+        self.rank, self.message = rank, message
+
+    def setup(self, trainer, pl_module, stage):
+        if trainer.global_rank != self.rank:
+            return
+
+        def rollout(*args, **kwargs):
+            raise RuntimeError(f"{self.message} on rank {trainer.global_rank}")
+
+        datamodule.rollout = rollout
