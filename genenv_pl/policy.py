@@ -86,20 +86,64 @@ class Policy(nn.Module):
 
     # ---- log-probs --------------------------------------------------------------------
     def token_logprobs(
-        self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0, with_entropy: bool = False
+        self, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0, with_entropy: bool = False,
+        response_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """log p(x_t | x_<t) for every position t >= 1 (position 0 gets 0), shape [B, T].
 
         Logits are divided by the sampling temperature so that these match the log-probs of
-        the distribution that generated the rollouts."""
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-        logits = logits[:, :-1].float() / temperature
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-        logp = torch.nn.functional.pad(logp, (1, 0))
-        entropy = None
-        if with_entropy:
-            entropy = torch.nn.functional.pad(entropy_from_logits(logits), (1, 0))
-        return logp, entropy
+        the distribution that generated the rollouts. With `response_mask` ([B, T], 1 on the
+        tokens to score), only those positions are computed and the others are 0: see
+        `causal_logprobs`."""
+        return causal_logprobs(self.model, input_ids, attention_mask, temperature, with_entropy, response_mask)
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad or not trainable_only)
+
+
+def causal_logprobs(
+    model: nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0, with_entropy: bool = False,
+    response_mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Per-token log-probs (and entropies) of `input_ids` under a causal LM, shape [B, T], position 0 = 0.
+
+    Without `response_mask`, every position is scored. With it, only the positions where it is 1:
+    the LM head runs from the first such position on (`logits_to_keep`: the prompt's hidden states
+    are never projected onto the vocabulary) and the full-vocabulary log-softmax and entropy only on
+    the masked tokens. The masked values are bit for bit those of the full computation (gradients
+    agree to float rounding); the others are 0 instead of the prompt's log-probs, which GRPO/RWR mask
+    out anyway. This drops the [B, prompt, V] logits and their log-softmax copies, which dominate the
+    memory and time of the step for long prompts and large vocabularies."""
+    if response_mask is None:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        logits = logits[:, :-1].float() / temperature
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        logp = torch.nn.functional.pad(logp, (1, 0))
+        entropy = torch.nn.functional.pad(entropy_from_logits(logits), (1, 0)) if with_entropy else None
+        return logp, entropy
+    target = response_mask[:, 1:].bool()  # logits at position t score token t + 1
+    cols = target.any(dim=0).nonzero()
+    start = int(cols[0]) if len(cols) else target.shape[1]
+    keep = input_ids.shape[1] - start  # positions start .. T-1 (the last one scores nothing)
+    logits = _forward_logits(model, input_ids, attention_mask, keep)[:, -keep:-1]
+    selected = target[:, start:]
+    picked = logits[selected].float() / temperature  # [N, V], N = number of scored tokens
+    token_logp = torch.log_softmax(picked, dim=-1).gather(-1, input_ids[:, start + 1:][selected].unsqueeze(-1)).squeeze(-1)
+    logp = torch.nn.functional.pad(token_logp.new_zeros(target.shape).masked_scatter(target, token_logp), (1, 0))
+    entropy = None
+    if with_entropy:
+        token_entropy = entropy_from_logits(picked)
+        entropy = torch.nn.functional.pad(token_entropy.new_zeros(target.shape).masked_scatter(target, token_entropy), (1, 0))
+    return logp, entropy
+
+
+def _forward_logits(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, keep: int) -> Tensor:
+    """Logits of the last `keep` positions (keep >= 1). HF causal LMs (and PEFT wrappers) take
+    `logits_to_keep`; a model that does not is run in full and sliced."""
+    if 0 < keep < input_ids.shape[1]:
+        try:
+            return model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=keep).logits
+        except TypeError as e:
+            if "logits_to_keep" not in str(e):
+                raise
+    return model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits

@@ -43,6 +43,7 @@ class HFBackend(GenerationBackend):
             input_ids=input_ids.to(device),
             attention_mask=attention_mask.to(device),
             max_new_tokens=params.max_new_tokens,
+            min_new_tokens=params.min_new_tokens or None,
             do_sample=sample,
             temperature=params.temperature if sample else None,
             top_p=params.top_p if sample else None,
@@ -54,8 +55,10 @@ class HFBackend(GenerationBackend):
         )
         new = out.sequences[:, T:]
         temperature = params.temperature if sample else 1.0
-        logits = torch.stack(out.logits, dim=1).float() / temperature  # raw logits, before top-p
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        # Raw logits (before top-p), one [rows, V] tensor per step: scored step by step, never
+        # stacked into a [rows, steps, V] copy (plus its float, scaled and log-softmax copies).
+        logp = torch.stack([torch.log_softmax(step.float() / temperature, dim=-1).gather(-1, new[:, s, None]).squeeze(-1)
+                            for s, step in enumerate(out.logits)], dim=1)
         gens = []
         for r in range(len(ids)):
             toks = new[r].tolist()
