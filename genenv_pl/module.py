@@ -184,7 +184,7 @@ class GenEnvModule(L.LightningModule):
     def _agent_step(self, b: dict[str, torch.Tensor], opt, temperature: float) -> None:
         mask = b["response_mask"]
         logp, entropy = self.agent.token_logprobs(b["input_ids"], b["attention_mask"], temperature, with_entropy=True,
-                                                  response_mask=mask)
+                                                  response_mask=mask, share_prompts=self._share_prompts)
         logp_ref = self._ref_logprobs(self.agent, self.agent_ref, b, temperature) if self.grpo.kl_coef > 0 else None
         t = grpo_loss(logp, b["old_logp"], logp_ref, entropy, b["advantages"], mask,
                       self.grpo.clip_eps, self.grpo.kl_coef, self.grpo.entropy_coef)
@@ -198,7 +198,8 @@ class GenEnvModule(L.LightningModule):
 
     def _sim_step(self, b: dict[str, torch.Tensor], opt, temperature: float) -> None:
         mask = b["response_mask"]
-        logp, _ = self.simulator.token_logprobs(b["input_ids"], b["attention_mask"], temperature, response_mask=mask)
+        logp, _ = self.simulator.token_logprobs(b["input_ids"], b["attention_mask"], temperature, response_mask=mask,
+                                                share_prompts=self._share_prompts)
         # KL per update, measured against the policy that generated these samples this epoch.
         update_kl = masked_mean(low_var_kl(b["old_logp"], logp.detach()), mask)
         self.log("sim/update_kl", update_kl, on_step=False, on_epoch=True, batch_size=1)
@@ -274,11 +275,19 @@ class GenEnvModule(L.LightningModule):
     def _ref_logprobs(self, policy: Policy, ref, b, temperature: float) -> torch.Tensor:
         """Reference log-probs on the response tokens (0 elsewhere; only those enter the KL)."""
         args = (b["input_ids"], b["attention_mask"], temperature)
+        kw = {"response_mask": b["response_mask"], "share_prompts": self._share_prompts}
         with torch.no_grad():
             if ref is None:  # LoRA: the base model is the reference
                 with policy.model.disable_adapter():
-                    return policy.token_logprobs(*args, response_mask=b["response_mask"])[0]
-            return causal_logprobs(ref, *args, response_mask=b["response_mask"])[0]
+                    return policy.token_logprobs(*args, **kw)[0]
+            return causal_logprobs(ref, *args, **kw)[0]
+
+    @property
+    def _share_prompts(self) -> bool:
+        """Rows with the same prompt (a GRPO group's rollouts) run it once in the training forward passes
+        (`shared_prompt_logprobs`). Not under FSDP: whether a batch shares prompts decides how many
+        forward passes run, and sharded forward passes must run alike on every rank (`_lockstep`)."""
+        return not self._sharded
 
     def _skip_nonfinite(self, who: str) -> None:
         self.counters["nonfinite_skipped"] += 1
