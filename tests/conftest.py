@@ -13,7 +13,7 @@ def data_root() -> str:
     return os.environ["GENENV_DATA_ROOT"]
 
 
-BENCHMARK_TESTS = {"test_alfworld.py": "alfworld", "test_api_bank.py": "api-bank", "test_bamboogle.py": "bamboogle",
+BENCHMARK_TESTS = {"test_alfworld.py": "alfworld", "test_alfworld_fit.py": "alfworld", "test_api_bank.py": "api-bank", "test_bamboogle.py": "bamboogle",
                    "test_bfcl.py": "bfcl", "test_travelplanner.py": "travelplanner"}
 
 
