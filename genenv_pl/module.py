@@ -24,7 +24,7 @@ from genenv_pl.curriculum import rwr_weights
 from genenv_pl.batching import pack
 from genenv_pl.distributed import RankSync, full_state_dict, shard_module, sharding
 from genenv_pl.losses import grpo_loss, low_var_kl, masked_mean, rwr_loss
-from genenv_pl.models.factory import PolicyConfig, build_policy
+from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base
 from genenv_pl.policy import Policy, causal_logprobs
 
 
@@ -41,6 +41,7 @@ class GenEnvModule(L.LightningModule):
         backend_args: dict[str, Any] | None = None,
         cache_dir: str = ".cache/genenv_pl",
         eval_at_start: bool = True,
+        shared_base: bool = False,
     ):
         """
         Args:
@@ -51,6 +52,9 @@ class GenEnvModule(L.LightningModule):
             backend: generation backend, "hf" (in-process generate) or "vllm".
             cache_dir: where tiny tokenizers and warm-started models are cached.
             eval_at_start: log val/accuracy of the starting agent before any update.
+            shared_base: one frozen base model with an agent and a simulator LoRA adapter, instead
+                of two models (about half the memory). Needs the same base and `lora.r` > 0 in both
+                policy configs; not with FSDP.
         """
         super().__init__()
         self.save_hyperparameters(ignore=["agent_optimizer", "simulator_optimizer"])
@@ -64,6 +68,7 @@ class GenEnvModule(L.LightningModule):
         self.backend = make_backend(backend, **(backend_args or {}))
         self.cache_dir = cache_dir
         self.eval_at_start = eval_at_start
+        self.shared_base = shared_base
         self.agent: Policy | None = None
         self.simulator: Policy | None = None
         self.agent_ref: torch.nn.Module | None = None
@@ -87,6 +92,9 @@ class GenEnvModule(L.LightningModule):
         strategy = self.trainer.strategy
         if self.trainer.state.fn == "fit":
             _check_strategy(strategy)
+        if self.shared_base and sharding(strategy):
+            raise ValueError("model.shared_base is not supported with FSDP (the two policies would shard one "
+                             "model twice): use DDP, or two models (shared_base: false)")
         # Several ranks: rank 0 builds first, so that a from-scratch model is warm-started once and
         # cached, and the other ranks load it from the cache instead of racing to write it.
         if self.trainer.global_rank != 0:
@@ -123,11 +131,17 @@ class GenEnvModule(L.LightningModule):
         return replica
 
     def _build_policies(self) -> None:
-        self.agent = build_policy(self.agent_cfg, "agent", self.env, self.cache_dir)
-        if self.trainer.state.fn != "fit":  # evaluation needs only the agent
+        fit = self.trainer.state.fn == "fit"
+        if self.shared_base:  # (evaluation too: the agent's checkpoint keys name both adapters)
+            self.agent, simulator = build_shared_base(self.agent_cfg, self.sim_cfg, self.env, self.cache_dir)
+            self.simulator = simulator if fit else None
+        else:
+            self.agent = build_policy(self.agent_cfg, "agent", self.env, self.cache_dir)
+        if not fit:  # evaluation needs only the agent
             rank_zero_info(f"[genenv] agent: {self.agent.num_parameters():,} params")
             return
-        self.simulator = build_policy(self.sim_cfg, "simulator", self.env, self.cache_dir)
+        if not self.shared_base:
+            self.simulator = build_policy(self.sim_cfg, "simulator", self.env, self.cache_dir)
         # Frozen references for the KL terms: the starting agent and the initial simulator. A
         # LoRA policy needs no copy: its reference is the base model with the adapter disabled.
         if self.grpo.kl_coef > 0 and not self.agent.is_lora:
@@ -145,7 +159,7 @@ class GenEnvModule(L.LightningModule):
 
     def configure_optimizers(self):
         def make(fn, policy: Policy, lr: float):
-            params = [p for p in policy.parameters() if p.requires_grad]
+            params = policy.trainable_parameters()
             return fn(params) if fn is not None else torch.optim.AdamW(params, lr=lr)
 
         opts = [make(self._agent_opt_fn, self.agent, 1e-6), make(self._sim_opt_fn, self.simulator, 5e-7)]
@@ -278,7 +292,7 @@ class GenEnvModule(L.LightningModule):
         kw = {"response_mask": b["response_mask"], "share_prompts": self._share_prompts}
         with torch.no_grad():
             if ref is None:  # LoRA: the base model is the reference
-                with policy.model.disable_adapter():
+                with policy.base_only():
                     return policy.token_logprobs(*args, **kw)[0]
             return causal_logprobs(ref, *args, **kw)[0]
 
@@ -402,9 +416,9 @@ def _check_strategy(strategy) -> None:
                          "DDPStrategy with init_args {find_unused_parameters: true}")
 
 
-def _zero_through(policy: torch.nn.Module) -> torch.Tensor:
+def _zero_through(policy: Policy) -> torch.Tensor:
     """A zero loss whose gradient reaches every trainable parameter of `policy` (as zeros)."""
-    return sum(p.sum() for p in policy.parameters() if p.requires_grad) * 0.0
+    return sum(p.sum() for p in policy.trainable_parameters()) * 0.0
 
 
 def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

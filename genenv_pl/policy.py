@@ -5,6 +5,7 @@ computes per-token log-probs and entropies for training, and saves as a normal H
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +24,21 @@ class LoraSettings:
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
+    def peft_config(self):
+        from peft import LoraConfig
+
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+                          target_modules=list(self.target_modules), task_type="CAUSAL_LM")
+
 
 class Policy(nn.Module):
-    def __init__(self, model: nn.Module, tokenizer: Any, use_chat_template: bool | None = None):
+    def __init__(self, model: nn.Module, tokenizer: Any, use_chat_template: bool | None = None,
+                 adapter: str | None = None):
+        """`adapter`: shared-base mode (`shared_base_policies`), this policy's adapter in a PEFT model
+        that holds one adapter per role on one frozen base; None: the model is this policy's alone."""
         super().__init__()
         self.model = model
+        self.adapter = adapter
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:  # many instruct tokenizers ship without a pad token
             tokenizer.pad_token = tokenizer.eos_token
@@ -52,19 +63,57 @@ class Policy(nn.Module):
         return policy
 
     def add_lora(self, lora: LoraSettings) -> None:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                            target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
-        self.model = get_peft_model(self.model, config)
+        self.model = get_peft_model(self.model, lora.peft_config())
 
     @property
     def is_lora(self) -> bool:
         return hasattr(self.model, "disable_adapter")
 
+    def activate(self) -> "Policy":
+        """Shared base: make this policy's adapter the one the model runs (PEFT runs one at a time).
+        Every forward pass and generate call of a shared-base policy goes through here."""
+        if self.adapter is not None and self.model.active_adapter != self.adapter:
+            self.model.set_adapter(self.adapter)
+            self._unfreeze_adapters()
+        return self
+
+    def _unfreeze_adapters(self) -> None:
+        # PEFT's set_adapter freezes the inactive adapters; each role's optimizer owns its adapter, so
+        # both stay trainable (an inactive adapter is skipped in the forward pass: it gets no gradient).
+        for name, p in self.model.named_parameters():
+            if "lora_" in name:
+                p.requires_grad_(True)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """What this policy's optimizer updates. Shared base: only its own adapter's weights."""
+        if self.adapter is None:
+            return [p for p in self.model.parameters() if p.requires_grad]
+        return [p for name, p in self.model.named_parameters() if "lora_" in name and f".{self.adapter}." in name]
+
+    @contextlib.contextmanager
+    def base_only(self):
+        """The base model (LoRA adapters off): the KL reference of a LoRA policy."""
+        try:
+            with self.model.disable_adapter():
+                yield self
+        finally:
+            if self.adapter is not None:  # re-enabling runs set_adapter, which freezes the other adapter again
+                self._unfreeze_adapters()
+
     def save_pretrained(self, path: str) -> None:
-        self.model.save_pretrained(path)
+        """A HF folder: the weights (`save_weights`) and the tokenizer."""
+        self.save_weights(path)
         self.tokenizer.save_pretrained(path)
+
+    def save_weights(self, path: str) -> None:
+        """The model's weights as HF/PEFT save them (LoRA: the adapter only). Shared base: this
+        policy's adapter, at `path` itself."""
+        if self.adapter is not None:
+            _save_adapter(self.model, self.adapter, path)
+        else:
+            self.model.save_pretrained(path)
 
     # ---- text -------------------------------------------------------------------------
     def render(self, messages: list[dict[str, str]]) -> str:
@@ -95,11 +144,47 @@ class Policy(nn.Module):
         the distribution that generated the rollouts. With `response_mask` ([B, T], 1 on the
         tokens to score), only those positions are computed and the others are 0: see
         `causal_logprobs`; `share_prompts` computes rows with identical prompts' prompt once."""
+        self.activate()
         return causal_logprobs(self.model, input_ids, attention_mask, temperature, with_entropy, response_mask,
                                share_prompts)
 
     def num_parameters(self, trainable_only: bool = False) -> int:
-        return sum(p.numel() for p in self.model.parameters() if p.requires_grad or not trainable_only)
+        """All weights the model holds (shared base: the base and both adapters), or this policy's trainable ones."""
+        if trainable_only:
+            return sum(p.numel() for p in self.trainable_parameters())
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def shared_base_policies(model: nn.Module, tokenizer: Any, agent_lora: LoraSettings, simulator_lora: LoraSettings,
+                         use_chat_template: bool | None = None) -> tuple[Policy, Policy]:
+    """The agent and the simulator as two LoRA adapters ("agent", "simulator") on one frozen base
+    model: one copy of the base weights instead of two. Both start as the base (LoRA's B is 0), which
+    is also each one's KL reference (adapters disabled)."""
+    from peft import get_peft_model
+
+    peft_model = get_peft_model(model, agent_lora.peft_config(), adapter_name="agent")
+    peft_model.add_adapter("simulator", simulator_lora.peft_config())
+    agent = Policy(peft_model, tokenizer, use_chat_template, adapter="agent")
+    simulator = Policy(peft_model, tokenizer, use_chat_template, adapter="simulator")
+    simulator.activate()
+    agent.activate()  # leaves both adapters trainable, the base frozen
+    return agent, simulator
+
+
+def _save_adapter(model: nn.Module, adapter: str, path: str) -> None:
+    """PEFT writes a non-default adapter into `<dir>/<adapter>/`; this puts it at `path` itself."""
+    import os
+    import shutil
+    import tempfile
+
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(path)) or None)
+    try:
+        model.save_pretrained(tmp, selected_adapters=[adapter])
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        os.replace(os.path.join(tmp, adapter), path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def causal_logprobs(

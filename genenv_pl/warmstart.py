@@ -29,7 +29,8 @@ def warm_start(policy: Policy, examples: list[tuple[str, str]], cfg: WarmStartCo
     prompts = policy.encode([p for p, _ in examples])
     targets = [ids + [policy.eos_id] for ids in policy.encode([t for _, t in examples])]
     rng = random.Random(cfg.seed)
-    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=0.0)
+    params = policy.trainable_parameters()  # LoRA: the adapter (shared base: this policy's own)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50) * max(0.05, 1 - s / cfg.steps))
     device = next(policy.parameters()).device
     policy.train()
@@ -42,7 +43,7 @@ def warm_start(policy: Policy, examples: list[tuple[str, str]], cfg: WarmStartCo
         loss = sequence_nll(logp, b["response_mask"]).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
         losses.append(loss.item())

@@ -115,6 +115,26 @@ def test_ranks_shard_rollouts_and_keep_pools_metrics_and_weights_global(tmp_path
         assert r0["metrics"][epoch]["coevo/valid_tasks"] == valid
 
 
+def test_shared_base_under_ddp_keeps_both_adapters_equal_across_ranks(tmp_path, cache):
+    """Shared-base mode (one base, two adapters) under DDP: both adapters stay trainable through the
+    reference passes and the gradient all-reduce keeps every weight equal on the two ranks."""
+    reports = tmp_path / "reports"
+    callbacks = [{"class_path": "ddp_helpers.RankReport", "init_args": {"out_dir": str(reports)}}]
+    same_tiny = [a for k, v in {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "num_kv_heads": 4,
+                                "intermediate_size": 384}.items() for a in (f"--model.simulator.tiny.{k}", str(v))]
+    rc, out, _ = _run(tmp_path, cache, 1, callbacks, *DDP, "--model.shared_base", "true", *same_tiny,
+                      "--model.agent.lora.r", "4", "--model.simulator.lora.r", "4", "--model.agent.warm_start.steps", "0",
+                      "--model.simulator.warm_start.steps", "0", "--data.coevo.seeds_per_epoch", "2",
+                      "--data.coevo.agent_batch_size", "4", timeout=300)
+    assert rc == 0, out[-6000:]
+    r0, r1 = (json.loads((reports / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["counters"]["agent_updates"] >= 1
+    assert r0["agent"] == r1["agent"] and r0["simulator"] == r1["simulator"]
+    ckpt = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert digest(ckpt["state_dict"], "agent.") == r0["agent"]
+    assert any(".simulator." in k for k in ckpt["state_dict"] if k.startswith("agent."))
+
+
 def test_a_rank_failing_in_rollouts_stops_the_job_with_its_error(tmp_path, cache):
     callbacks = [{"class_path": "ddp_helpers.FailRollouts", "init_args": {"rank": 1}}]
     # The strategy as a class with a collective timeout (README, "Scaling out"): the bound for a rank

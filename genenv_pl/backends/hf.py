@@ -14,7 +14,7 @@ class HFBackend(GenerationBackend):
 
     @torch.no_grad()
     def generate(self, policy: Policy, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
-        model = policy.model
+        model = policy.activate().model  # (shared base: this policy's adapter)
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device

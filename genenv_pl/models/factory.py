@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from genenv_pl.envs.base import Environment
 from genenv_pl.models.tiny import TinyModelSpec, build_tiny_model, train_tokenizer
-from genenv_pl.policy import LoraSettings, Policy
+from genenv_pl.policy import LoraSettings, Policy, shared_base_policies
 from genenv_pl.warmstart import WarmStartConfig, warm_start
 
 
@@ -73,6 +73,29 @@ def build_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str)
     if cfg.lora.r > 0:
         policy.add_lora(cfg.lora)
     return policy
+
+
+def build_shared_base(agent: PolicyConfig, simulator: PolicyConfig, env: Environment, cache_dir: str,
+                      key: str = "model.shared_base") -> tuple[Policy, Policy]:
+    """Both policies as LoRA adapters on one frozen copy of their common base model (`shared_base_policies`).
+    The two configs must name the same base (model, GGUF file, dtype; for "tiny", the same spec and
+    seed) and give both a LoRA rank. A warm start here trains the policy's adapter, not the base."""
+    same = ("model", "gguf_file", "dtype") + (("tiny", "seed") if agent.model == "tiny" else ())
+    for name in same:
+        if getattr(agent, name) != getattr(simulator, name):
+            raise ValueError(f"{key}: the agent and the simulator must share their base model, but "
+                             f"model.agent.{name} = {getattr(agent, name)!r} and model.simulator.{name} = "
+                             f"{getattr(simulator, name)!r}")
+    for role, cfg in (("agent", agent), ("simulator", simulator)):
+        if cfg.lora.r <= 0:
+            raise ValueError(f"{key} trains one LoRA adapter per policy: set model.{role}.lora.r > 0")
+    base = build_policy(replace(agent, lora=LoraSettings(r=0), warm_start=WarmStartConfig()), "agent", env, cache_dir)
+    policies = shared_base_policies(base.model, base.tokenizer, agent.lora, simulator.lora, base.use_chat_template)
+    for policy, cfg, role in zip(policies, (agent, simulator), ("agent", "simulator")):
+        if cfg.warm_start.steps > 0:
+            _warm_start(policy, cfg, role, env)
+    policies[0].activate()
+    return policies
 
 
 def resolve_model_path(model: str) -> str:
