@@ -51,19 +51,27 @@ def generate_tasks(
     success_rates: dict[str, float],
     params: SamplingParams,
     progress: Progress | None = None,
+    max_seq_len: int | None = None,
 ) -> list[SeedBatch]:
     """Step 1: K variations per seed, parsed, validated, de-duplicated (within the epoch and
-    against the seeds). Unparseable output is counted by reason and dropped, never raised."""
+    against the seeds). Unparseable output is counted by reason and dropped, never raised. A seed
+    whose prompt leaves less than `max_new_tokens` of `max_seq_len` is not sent (its K outputs
+    count as invalid, reason "overlong_prompt")."""
     prompts = [simulator.render(env.simulator_prompt(s, success_rates.get(s.id))) for s in seeds]
+    fits = _fits(simulator, prompts, params.max_new_tokens, max_seq_len)
     if progress:
         progress("simulate", 0, len(prompts))
-    gens = backend.generate(simulator, prompts, params)
+    sent = backend.generate(simulator, [p for p, ok in zip(prompts, fits) if ok], params) if any(fits) else []
+    gens = iter(sent)
     if progress:
         progress("simulate", len(prompts), len(prompts))
     seen = {env.task_key(s) for s in seeds}
     batches = []
-    for seed, prompt, outs in zip(seeds, prompts, gens):
+    for seed, prompt, ok in zip(seeds, prompts, fits):
+        outs = next(gens) if ok else []
         batch = SeedBatch(seed=seed, prompt=prompt, generations=outs)
+        if not ok:
+            batch.invalid["overlong_prompt"] += params.n
         for g in outs:
             try:
                 task = env.parse_task(g.text, seed)
@@ -94,9 +102,14 @@ def rollout(
     tasks: list[tuple[Task, str, int | None]],
     params: SamplingParams,
     progress: Progress | None = None,
+    max_seq_len: int | None = None,
 ) -> list[Group]:
-    """Steps 2-3: G rollouts per task and their rewards. `tasks` holds (task, source, seed_index)."""
+    """Steps 2-3: G rollouts per task and their rewards. `tasks` holds (task, source, seed_index).
+    A task whose prompt leaves less than `max_new_tokens` of `max_seq_len` is skipped: no group."""
     prompts = [agent.render(env.agent_prompt(t)) for t, _, _ in tasks]
+    fits = _fits(agent, prompts, params.max_new_tokens, max_seq_len)
+    tasks = [t for t, ok in zip(tasks, fits) if ok]
+    prompts = [p for p, ok in zip(prompts, fits) if ok]
     if progress:
         progress("rollout", 0, len(prompts))
     gens = backend.generate(agent, prompts, params) if prompts else []
@@ -107,6 +120,13 @@ def rollout(
         rewards = [_safe_reward(env, task, g.text) for g in outs]
         groups.append(Group(task, source, seed_index, outs, rewards, [r >= env.success_threshold for r in rewards]))
     return groups
+
+
+def _fits(policy: Policy, prompts: list[str], max_new_tokens: int, max_seq_len: int | None) -> list[bool]:
+    """Whether each prompt plus a full-length response stays within `max_seq_len` tokens (None: all do)."""
+    if max_seq_len is None:
+        return [True] * len(prompts)
+    return [len(ids) + max_new_tokens <= max_seq_len for ids in policy.encode(prompts)]
 
 
 def _safe_reward(env: Environment, task: Task, text: str) -> float:

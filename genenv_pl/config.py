@@ -50,6 +50,9 @@ class CoevoConfig:
     variant: Literal["genenv", "genenv-random", "static", "no-band"] = "genenv"
     agent_sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256))
     sim_sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=512))
+    # Longest prompt + response in tokens (the paper: 9,000). A task or seed whose prompt leaves less
+    # than max_new_tokens is skipped, counted in coevo/overlong_tasks and coevo/invalid/overlong_prompt.
+    max_seq_len: int | None = None
     eval_max_new_tokens: int = 256
     eval_batch_size: int = 64
     eval_limit_per_group: int | None = None  # evaluate only the first N tasks of each group (smoke runs)

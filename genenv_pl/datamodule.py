@@ -142,7 +142,8 @@ class GenEnvDataModule(L.LightningDataModule):
         with sync.guard() as failure:  # this rank's share: rollouts, rewards, p_hat, new pool entries, steps
             work: list[tuple[Task, str, int | None]] = [(t, "fresh", i) for i, b in enumerate(batches) for t in b.tasks]
             work += [(t, source, None) for t, source in sync.shard(planned)]
-            groups = rollout(self.env, agent, module.backend, work, _with_n(cfg.agent_sampling, cfg.group_size), progress)
+            groups = rollout(self.env, agent, module.backend, work, _with_n(cfg.agent_sampling, cfg.group_size), progress,
+                             cfg.max_seq_len)
             gen_seconds = time.perf_counter() - t0
 
             for g in groups:
@@ -172,7 +173,8 @@ class GenEnvDataModule(L.LightningDataModule):
                                                      step_rng)
             shown_batches, shown_groups = _lite(batches, groups) if sync.distributed else (batches, groups)
             mine = {"rates": rates, "train": new.train, "env": new.env, "batches": shown_batches, "groups": shown_groups,
-                    "zero_std": round(zero_std_frac * max(len(groups), 1)), "steps": len(steps), "seconds": gen_seconds}
+                    "zero_std": round(zero_std_frac * max(len(groups), 1)), "steps": len(steps), "seconds": gen_seconds,
+                    "overlong": len(work) - len(groups)}
 
         # Global: success rates, pools (rank order: every rank holds the same pools), metrics, step count.
         parts = sync.exchange(mine if failure.error is None else None, failure, "agent rollouts")
@@ -192,7 +194,8 @@ class GenEnvDataModule(L.LightningDataModule):
         # steps, in which GenEnvModule.training_step still joins the other ranks' gradient reduction.
         steps += [{"agent": None, "sim": None} for _ in range(max(p["steps"] for p in parts) - len(steps))]
         self.last_round = RoundStats(epoch, all_batches, all_groups,
-                                     self._metrics(all_batches, all_groups, zero_std_frac, gen_seconds))
+                                     self._metrics(all_batches, all_groups, zero_std_frac, gen_seconds,
+                                                   sum(p.get("overlong", 0) for p in parts)))
         return steps
 
     def _generate_sharded(self, module, seeds: list[Task], success_rates: dict[str, float], sim_params, progress,
@@ -204,7 +207,7 @@ class GenEnvDataModule(L.LightningDataModule):
         simulator = module.for_generation("simulator")  # FSDP: gathers the weights (all ranks), then samples locally
         with sync.guard() as failure:
             batches = generate_tasks(self.env, simulator, module.backend, sync.shard(seeds), success_rates, sim_params,
-                                     progress)
+                                     progress, self.cfg.max_seq_len)
         if sync.distributed:
             keys = sync.exchange([self.env.task_key(t) for b in batches for t in b.tasks], failure, "simulator generation")
             known = {self.env.task_key(s) for s in seeds}.union(*keys[: sync.rank])
@@ -261,9 +264,10 @@ class GenEnvDataModule(L.LightningDataModule):
             steps.append(step)
         return steps, zero / max(len(groups), 1)
 
-    def _metrics(self, batches: list[SeedBatch], groups: list[Group], zero_std_frac: float, seconds: float) -> dict[str, float]:
+    def _metrics(self, batches: list[SeedBatch], groups: list[Group], zero_std_frac: float, seconds: float,
+                 overlong: int = 0) -> dict[str, float]:
         scored = [b for b in batches if b.p_hat is not None]
-        n_gen = sum(len(b.generations) for b in batches)
+        n_gen = sum(len(b.generations) + b.invalid.get("overlong_prompt", 0) for b in batches)
         n_invalid = sum(sum(b.invalid.values()) for b in batches)
         fresh = [t for b in batches for t in b.tasks] + [g.task for g in groups if g.source == "static"]
         static = [s for g in groups if g.source == "static" for s in g.successes]
@@ -284,6 +288,7 @@ class GenEnvDataModule(L.LightningDataModule):
             "coevo/duplicate_rate": sum(b.duplicates for b in batches) / max(n_gen, 1),
             "coevo/difficulty": mean([t.difficulty for t in fresh]),
             "coevo/valid_tasks": float(len(fresh)),
+            "coevo/overlong_tasks": float(overlong),  # agent prompts past max_seq_len: not rolled out
             "agent/zero_std_frac": zero_std_frac,
             "agent/train_reward": mean([r for g in groups for r in g.rewards]),
             "agent/tasks_seen": float(self.tasks_seen),
