@@ -56,6 +56,20 @@ _MAX_HISTORY = 60
 _MAX_ADMISSIBLE = 300
 
 
+def stratified(games: list[GameRef], limit: int | None, salt: str) -> list[GameRef]:
+    """At most `limit` games, round-robin over (split, task type) groups, each group in hash order."""
+    if limit is None:
+        return games
+    groups: dict[tuple[str, str], list[GameRef]] = {}
+    for g in sorted(games, key=lambda g: split_bucket(g.key, salt)):
+        groups.setdefault((g.split, g.task_type), []).append(g)
+    order = [groups[k] for k in sorted(groups)]
+    picked: list[GameRef] = []
+    for i in range(max((len(v) for v in order), default=0)):
+        picked += [v[i] for v in order if i < len(v)]
+    return picked[:limit]
+
+
 def split_bucket(key: str, salt: str) -> float:
     """A stable pseudo-random number in [0, 1) for `key` (same on every machine and run)."""
     return int(hashlib.sha256(f"{salt}:{key}".encode()).hexdigest()[:12], 16) / 16**12
@@ -169,9 +183,11 @@ class ALFWorldEnv(Environment):
                                  max_steps or self.max_episode_steps, self.history_window)
 
     def play(self, act, limit: int | None = None) -> dict[str, float]:
-        """Episode success rate (<= max_episode_steps commands), overall, per task type and split."""
+        """Episode success rate (<= max_episode_steps commands), overall, per task type and split.
+        `limit` games are taken round-robin over (split, task type), each in hash order: a sample
+        of 12 plays one game of every type in both splits, not 12 games of the first type."""
         games = self.eval_games()
-        return self.evaluate_episodes(act, games[:limit] if limit is not None else games).summary()
+        return self.evaluate_episodes(act, stratified(games, limit, self.split_salt)).summary()
 
     # ---- simulator side -----------------------------------------------------------------
     def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:

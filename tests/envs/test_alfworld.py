@@ -389,6 +389,20 @@ def test_episode_summary_per_task_type() -> None:
     assert all(f"success_rate/{t}" in summary for t in TASK_TYPES)
 
 
+def test_episode_sample_is_stratified_over_split_and_task_type(data_root: str) -> None:
+    from genenv_pl.envs.alfworld import stratified
+
+    env = ALFWorldEnv(data_root=data_root)
+    games = env.eval_games()
+    groups = {(g.split, g.task_type) for g in games}
+    assert len(groups) == 12  # both splits ship all six task types
+    sample = stratified(games, 12, env.split_salt)
+    assert {(g.split, g.task_type) for g in sample} == groups  # one game of each, not 12 of the first type
+    assert stratified(games, 12, env.split_salt) == sample  # deterministic
+    assert stratified(games, 30, env.split_salt)[:12] == sample  # a larger sample extends a smaller one
+    assert sorted(g.key for g in stratified(games, None, env.split_salt)) == sorted(g.key for g in games)
+
+
 # ---- full data (slow) -----------------------------------------------------------------------------
 @pytest.mark.slow
 @slow
