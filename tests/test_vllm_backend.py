@@ -20,7 +20,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: run these in the
 from genenv_pl.backends import SamplingParams, make_backend  # noqa: E402
 from genenv_pl.backends.vllm import VLLMBackend  # noqa: E402
 from genenv_pl.envs import make_env  # noqa: E402
-from genenv_pl.models.factory import PolicyConfig, build_policy  # noqa: E402
+from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base  # noqa: E402
 from genenv_pl.models.tiny import TinyModelSpec  # noqa: E402
 from genenv_pl.policy import LoraSettings, Policy  # noqa: E402
 from genenv_pl.warmstart import WarmStartConfig  # noqa: E402
@@ -65,7 +65,7 @@ def _sequences(backend, policy: Policy, n: int = 2) -> list[list[int]]:
 
 def _train_step(policy: Policy, sequences: list[list[int]], lr: float = 3e-2, steps: int = 1) -> None:
     """A real optimizer update: raise the likelihood of `sequences`."""
-    opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr)
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=lr)
     for _ in range(steps):
         loss = 0.0
         for s in sequences:
@@ -202,6 +202,45 @@ def test_lora_policies_push_their_adapter_and_share_the_base(env, cache, lora_sy
         assert backend.pushes == 1  # the base went in once; every later change was an adapter
         engine = next(iter(backend._engines.values()))
         assert len(os.listdir(engine.folder)) - 1 == 2  # config.json + one adapter folder per policy
+    backend.close()
+
+
+@pytest.mark.parametrize("lora_sync", ["adapter", "merged"])
+def test_shared_base_policies_sync_only_their_own_adapter(env, cache, lora_sync):
+    """Shared-base mode: one base model in training and one in the engine; each policy's update
+    sends its own adapter and the other policy's outputs stay the same."""
+    cfg = PolicyConfig(tiny=SPEC, warm_start=WarmStartConfig(steps=0), seed=0, lora=LoraSettings(r=8))
+    agent, simulator = build_shared_base(cfg, cfg, env, str(cache))
+    with torch.no_grad():
+        for i, role in enumerate(("agent", "simulator")):
+            torch.manual_seed(20 + i)
+            for n, p in agent.model.named_parameters():
+                if "lora_B" in n and f".{role}." in n:
+                    p.normal_(0, 0.2)
+    backend = VLLMBackend(lora_sync=lora_sync)
+    seqs = _sequences(backend, agent)
+    for policy in (agent, simulator, agent):
+        assert _max_diff(backend.score(policy, seqs), _hf_logprobs(policy, seqs)) < TOL
+    assert _max_diff(backend.score(agent, seqs), backend.score(simulator, seqs)) > 0.05  # two adapters, really
+    sim_before = backend.score(simulator, seqs)
+    before = backend.score(agent, seqs)
+    _train_step(agent, seqs, steps=2)
+    backend.sync(agent)
+    after = backend.score(agent, seqs)
+    assert _max_diff(after, before) > 0.05
+    assert _max_diff(after, _hf_logprobs(agent, seqs)) < TOL
+    assert _max_diff(backend.score(simulator, seqs), sim_before) < TOL  # the agent's update left it alone
+    if lora_sync == "adapter":
+        assert backend.pushes == 1  # the shared base went in once; every later change was an adapter
+        engine = next(iter(backend._engines.values()))
+        folders = [f for f in os.listdir(engine.folder) if f.startswith("adapter-")]
+        assert len(folders) == 2  # the current version of each policy's adapter
+        from safetensors import safe_open
+
+        for folder in folders:
+            with safe_open(os.path.join(engine.folder, folder, "adapter_model.safetensors"), "pt") as f:
+                keys = list(f.keys())
+            assert keys and all("lora_" in k for k in keys)  # adapter weights only, one adapter per folder
     backend.close()
 
 

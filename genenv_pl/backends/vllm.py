@@ -19,7 +19,8 @@ How it works:
 - LoRA (`lora_sync`): "adapter" (default) keeps the base weights in the engine and sends only the
   adapter, saved to a new folder with a new `LoRARequest` id per version (vLLM's LoRA runs on CPU
   too: PunicaWrapperCPU). "merged" pushes W + scale * B A as full weights (no LoRA in the engine).
-  With adapters, two LoRA policies on the same base weights share the engine without any swap.
+  With adapters, two LoRA policies on the same base weights share the engine without any swap;
+  in shared-base mode (`model.shared_base`) they are one base model in training and in the engine.
 - Log-probs: the engine reports `processed_logprobs`, i.e. log-softmax of logits / temperature, which
   is what the HF backend and `Policy.token_logprobs` compute (greedy: temperature 1). With top_p < 1
   vLLM would renormalize over the nucleus, which the training code does not: then the log-probs are
@@ -155,6 +156,7 @@ class VLLMBackend(GenerationBackend):
 
         if self._falls_back(policy):
             return self._hf.generate(policy, prompts, params)
+        policy.activate()  # shared base: merged weights and the saved adapter are this policy's
         engine = self._engine(policy)
         self._wake(engine, "weights")
         lora_request = self._load(engine, policy)
@@ -197,6 +199,7 @@ class VLLMBackend(GenerationBackend):
 
         if self._falls_back(policy):
             raise ValueError("score: vLLM does not serve this policy (HF fallback)")
+        policy.activate()
         engine = self._engine(policy)
         self._wake(engine, "weights")
         lora_request = self._load(engine, policy)
@@ -365,7 +368,7 @@ class VLLMBackend(GenerationBackend):
             return current[1]
         lora_id = next(self._next_lora_id)
         path = os.path.join(engine.folder, f"adapter-{lora_id}")
-        policy.model.save_pretrained(path)
+        policy.save_weights(path)  # the adapter only (shared base: this policy's own)
         request = LoRARequest(lora_name=f"policy{uid}-v{lora_id}", lora_int_id=lora_id, lora_path=path)
         if current is not None:  # the superseded version: out of the engine and off the disk
             with contextlib.suppress(Exception):
@@ -430,7 +433,9 @@ def _engine_lora_rank(engine: _Engine) -> int:
 
 
 def _lora_params(policy: Policy) -> Iterator[torch.nn.Parameter]:
-    return (p for n, p in policy.model.named_parameters() if "lora_" in n)
+    """The policy's adapter weights (shared base: its own adapter's, not the other policy's)."""
+    own = f".{policy.adapter}." if policy.adapter is not None else ""
+    return (p for n, p in policy.model.named_parameters() if "lora_" in n and own in n)
 
 
 def _base_params(policy: Policy) -> Iterator[torch.nn.Parameter]:
