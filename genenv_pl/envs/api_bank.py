@@ -39,7 +39,7 @@ import json
 import os
 from typing import Any
 
-from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, resolve_data_root
+from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, read_jsonl, resolve_data_root
 from genenv_pl.envs.toolcall import (
     ToolCall,
     ToolSchema,
@@ -103,27 +103,20 @@ def calls_equal(call: ToolCall, gold: ToolCall) -> bool:
 
 def _read_dialogue(path: str) -> list[dict[str, Any]]:
     turns = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}: line {lineno}"
-            try:
-                t = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where} is not valid JSON ({e})") from None
-            role = t.get("role") if isinstance(t, dict) else None
-            if role in ("User", "AI"):
-                if not isinstance(t.get("text"), str):
-                    raise DataError(f"{where}: {role} turn without 'text'")
-            elif role == "API":
-                ok = (isinstance(t.get("api_name"), str) and isinstance(t.get("param_dict"), dict)
-                      and isinstance(t.get("result"), dict))
-                if not ok:
-                    raise DataError(f"{where}: API turn needs 'api_name', 'param_dict' and 'result'")
-            else:
-                raise DataError(f"{where}: unknown role {role!r}")
-            turns.append(t)
+    for lineno, t in read_jsonl(path, "api-bank"):
+        where = f"api-bank: {path}: line {lineno}"
+        role = t.get("role")
+        if role in ("User", "AI"):
+            if not isinstance(t.get("text"), str):
+                raise DataError(f"{where}: {role} turn without 'text'")
+        elif role == "API":
+            ok = (isinstance(t.get("api_name"), str) and isinstance(t.get("param_dict"), dict)
+                  and isinstance(t.get("result"), dict))
+            if not ok:
+                raise DataError(f"{where}: API turn needs 'api_name', 'param_dict' and 'result'")
+        else:
+            raise DataError(f"{where}: unknown role {role!r}")
+        turns.append(t)
     return turns
 
 

@@ -32,7 +32,7 @@ import os
 import re
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, resolve_data_root
+from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, read_jsonl, resolve_data_root
 from genenv_pl.envs.text_metrics import (exact_match, extract_json_object, extract_tag, normalize_answer,
                                          strip_tag_blocks, token_f1)
 
@@ -218,28 +218,19 @@ class BamboogleEnv(Environment):
             raise DataError(f"bamboogle: data file {path!r} not found")
         tasks: list[Task] = []
         seen: set[str] = set()
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except ValueError as err:
-                    raise DataError(f"bamboogle: {path}:{lineno}: not valid JSON ({err})") from None
-                if not isinstance(row, dict):
-                    raise DataError(f"bamboogle: {path}:{lineno}: expected a JSON object per line")
-                fields = self._fields(row)
-                missing = [k for k, v in fields.items() if v is None]
-                if missing:
-                    self._skip(f"{os.path.basename(path)}:{lineno}", f"missing field '{missing[0]}'")
-                    continue
-                task_id = f"bamboogle-{fields['index']}"
-                if task_id in seen:
-                    self._skip(f"{os.path.basename(path)}:{lineno}", "duplicate index")
-                    continue
-                seen.add(task_id)
-                tasks.append(Task(id=task_id, data={"question": fields["question"], "answer": fields["answer"]},
-                                  group="bamboogle"))
+        for lineno, row in read_jsonl(path, "bamboogle"):
+            fields = self._fields(row)
+            missing = [k for k, v in fields.items() if v is None]
+            if missing:
+                self._skip(f"{os.path.basename(path)}:{lineno}", f"missing field '{missing[0]}'")
+                continue
+            task_id = f"bamboogle-{fields['index']}"
+            if task_id in seen:
+                self._skip(f"{os.path.basename(path)}:{lineno}", "duplicate index")
+                continue
+            seen.add(task_id)
+            tasks.append(Task(id=task_id, data={"question": fields["question"], "answer": fields["answer"]},
+                              group="bamboogle"))
         return tasks
 
     @staticmethod

@@ -6,10 +6,11 @@ simulator output, the agent reward, and the benchmark's held-out evaluation set.
 """
 from __future__ import annotations
 
+import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 
@@ -47,6 +48,23 @@ class InvalidTask(ValueError):
 
 class DataError(ValueError):
     """A malformed benchmark file or record; the message names the file and the record id."""
+
+
+def read_jsonl(path: str, benchmark: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSON-lines benchmark file. A line that is
+    not a JSON object raises DataError naming the benchmark, the file and the line."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{benchmark}: {path}: line {lineno}"
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise DataError(f"{where} is not valid JSON ({e})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{where}: expected a JSON object")
+            yield lineno, row
 
 
 def resolve_data_root(data_root: str | None, benchmark: str) -> str:

@@ -52,7 +52,7 @@ import os
 import re
 from typing import Any
 
-from genenv_pl.envs.base import DataError, Environment, Message, Task, resolve_data_root
+from genenv_pl.envs.base import DataError, Environment, Message, Task, read_jsonl, resolve_data_root
 from genenv_pl.envs.toolcall import (
     ToolCall,
     ToolSchema,
@@ -307,17 +307,10 @@ def gold_call_from_string(text: str, tools: list[ToolSchema]) -> ToolCall:
 
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}: line {lineno} is not valid JSON ({e})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("id"), str):
-                raise DataError(f"{path}: line {lineno} has no string 'id'")
-            rows.append(row)
+    for lineno, row in read_jsonl(path, "bfcl"):
+        if not isinstance(row.get("id"), str):
+            raise DataError(f"bfcl: {path}: line {lineno} has no string 'id'")
+        rows.append(row)
     return rows
 
 

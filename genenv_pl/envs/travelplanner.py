@@ -44,7 +44,7 @@ import os
 import re
 from typing import Any
 
-from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, resolve_data_root
+from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, read_jsonl, resolve_data_root
 from genenv_pl.envs.text_metrics import extract_json_object
 from genenv_pl.envs.travelplanner_checks import (CUISINES, HOUSE_RULES, ROOM_TYPES, TRANSPORT_RULES, PlanReport,
                                                  Sandbox, evaluate_plan, parse_plan, to_number)
@@ -357,18 +357,7 @@ class TravelPlannerEnv(Environment):
         path = os.path.join(self.root, rel)
         if not os.path.isfile(path):
             raise DataError(f"travelplanner: data file {path!r} not found")
-        rows = []
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except ValueError as err:
-                        raise DataError(f"travelplanner: {path}:{lineno}: not valid JSON ({err})") from None
-                    if not isinstance(row, dict):
-                        raise DataError(f"travelplanner: {path}:{lineno}: expected a JSON object per line")
-                    rows.append((lineno, row))
-        return rows
+        return list(read_jsonl(path, "travelplanner"))
 
     def _parse(self, query: str) -> dict[str, Any]:
         return parse_query(query, self.sandbox.city_state, self.sandbox.states - {"None"})

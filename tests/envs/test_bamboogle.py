@@ -218,7 +218,7 @@ def test_record_missing_a_field_is_skipped_and_counted(tmp_path):
 @pytest.mark.parametrize("bad_line", ["{not json", "[1, 2]"])
 def test_malformed_file_raises_data_error_naming_it(tmp_path, bad_line):
     root = _write(tmp_path, [json.dumps(_row(0)), bad_line])
-    with pytest.raises(DataError, match=r"test\.jsonl:2"):
+    with pytest.raises(DataError, match=r"test\.jsonl: line 2"):
         BamboogleEnv(data_root=root)
 
 

@@ -463,8 +463,8 @@ def test_records_missing_fields_are_skipped_and_counted(tmp_path, data_root):
 
 
 @pytest.mark.parametrize("which, match", [
-    ("train", r"std_travelplanner\.jsonl:2"),
-    ("val", r"example_evaluation\.jsonl:2"),
+    ("train", r"std_travelplanner\.jsonl: line 2"),
+    ("val", r"example_evaluation\.jsonl: line 2"),
     ("ref_count", r"aligned by line"),
     ("csv", r"clean_restaurant_2022\.csv"),
 ])
