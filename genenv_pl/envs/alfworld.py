@@ -63,7 +63,7 @@ def stratified(games: list[GameRef], limit: int | None, salt: str) -> list[GameR
     groups: dict[tuple[str, str], list[GameRef]] = {}
     for g in sorted(games, key=lambda g: split_bucket(g.key, salt)):
         groups.setdefault((g.split, g.task_type), []).append(g)
-    order = [groups[k] for k in sorted(groups)]
+    order = [groups[k] for k in sorted(groups, key=lambda k: (k[1], k[0]))]  # a type in both splits, then the next
     picked: list[GameRef] = []
     for i in range(max((len(v) for v in order), default=0)):
         picked += [v[i] for v in order if i < len(v)]
@@ -184,8 +184,9 @@ class ALFWorldEnv(Environment):
 
     def play(self, act, limit: int | None = None) -> dict[str, float]:
         """Episode success rate (<= max_episode_steps commands), overall, per task type and split.
-        `limit` games are taken round-robin over (split, task type), each in hash order: a sample
-        of 12 plays one game of every type in both splits, not 12 games of the first type."""
+        `limit` games are taken round-robin over (task type, split), each in hash order: a sample
+        of 12 plays one game of every type in both splits, not 12 games of the first type; a
+        sample of 2 plays one type in both splits."""
         games = self.eval_games()
         return self.evaluate_episodes(act, stratified(games, limit, self.split_salt)).summary()
 

@@ -399,6 +399,7 @@ def test_episode_sample_is_stratified_over_split_and_task_type(data_root: str) -
     sample = stratified(games, 12, env.split_salt)
     assert {(g.split, g.task_type) for g in sample} == groups  # one game of each, not 12 of the first type
     assert stratified(games, 12, env.split_salt) == sample  # deterministic
+    assert {g.split for g in stratified(games, 2, env.split_salt)} == {"valid_seen", "valid_unseen"}
     assert stratified(games, 30, env.split_salt)[:12] == sample  # a larger sample extends a smaller one
     assert sorted(g.key for g in stratified(games, None, env.split_salt)) == sorted(g.key for g in games)
 
