@@ -90,7 +90,12 @@ class Policy(nn.Module):
         """What this policy's optimizer updates. Shared base: only its own adapter's weights."""
         if self.adapter is None:
             return [p for p in self.model.parameters() if p.requires_grad]
-        return [p for name, p in self.model.named_parameters() if "lora_" in name and f".{self.adapter}." in name]
+        return self.adapter_parameters()
+
+    def adapter_parameters(self) -> list[nn.Parameter]:
+        """The LoRA weights of this policy (shared base: of its own adapter, not the other policy's)."""
+        own = f".{self.adapter}." if self.adapter is not None else ""
+        return [p for name, p in self.model.named_parameters() if "lora_" in name and own in name]
 
     @contextlib.contextmanager
     def base_only(self):

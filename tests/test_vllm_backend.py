@@ -177,6 +177,22 @@ def test_a_shape_vllm_cannot_run_here_fails_clearly_or_falls_back_to_hf(env, cac
     assert len(gens) == len(PROMPTS) and not backend._engines
 
 
+def _engine_follows_an_agent_update(backend, agent: Policy, simulator: Policy, seqs: list[list[int]]) -> list[list[float]]:
+    """Both policies' engine log-probs equal the training model's, alternating; after two agent updates
+    and a sync, the agent's change and still equal the training model's. Returns the simulator's engine
+    log-probs from before the update."""
+    for policy in (agent, simulator, agent):
+        assert _max_diff(backend.score(policy, seqs), _hf_logprobs(policy, seqs)) < TOL
+    sim_before = backend.score(simulator, seqs)
+    before = backend.score(agent, seqs)
+    _train_step(agent, seqs, steps=2)
+    backend.sync(agent)
+    after = backend.score(agent, seqs)
+    assert _max_diff(after, before) > 0.05
+    assert _max_diff(after, _hf_logprobs(agent, seqs)) < TOL
+    return sim_before
+
+
 @pytest.mark.parametrize("lora_sync", ["adapter", "merged"])
 def test_lora_policies_push_their_adapter_and_share_the_base(env, cache, lora_sync):
     agent = _policy(env, cache, seed=0, lora=8)
@@ -189,14 +205,7 @@ def test_lora_policies_push_their_adapter_and_share_the_base(env, cache, lora_sy
                     p.normal_(0, 0.2)
     backend = VLLMBackend(lora_sync=lora_sync)
     seqs = _sequences(backend, agent)
-    for policy in (agent, simulator, agent):
-        assert _max_diff(backend.score(policy, seqs), _hf_logprobs(policy, seqs)) < TOL
-    before = backend.score(agent, seqs)
-    _train_step(agent, seqs, steps=2)
-    backend.sync(agent)
-    after = backend.score(agent, seqs)
-    assert _max_diff(after, before) > 0.05
-    assert _max_diff(after, _hf_logprobs(agent, seqs)) < TOL
+    _engine_follows_an_agent_update(backend, agent, simulator, seqs)
     assert _max_diff(backend.score(simulator, seqs), _hf_logprobs(simulator, seqs)) < TOL
     if lora_sync == "adapter":
         assert backend.pushes == 1  # the base went in once; every later change was an adapter
@@ -219,16 +228,8 @@ def test_shared_base_policies_sync_only_their_own_adapter(env, cache, lora_sync)
                     p.normal_(0, 0.2)
     backend = VLLMBackend(lora_sync=lora_sync)
     seqs = _sequences(backend, agent)
-    for policy in (agent, simulator, agent):
-        assert _max_diff(backend.score(policy, seqs), _hf_logprobs(policy, seqs)) < TOL
     assert _max_diff(backend.score(agent, seqs), backend.score(simulator, seqs)) > 0.05  # two adapters, really
-    sim_before = backend.score(simulator, seqs)
-    before = backend.score(agent, seqs)
-    _train_step(agent, seqs, steps=2)
-    backend.sync(agent)
-    after = backend.score(agent, seqs)
-    assert _max_diff(after, before) > 0.05
-    assert _max_diff(after, _hf_logprobs(agent, seqs)) < TOL
+    sim_before = _engine_follows_an_agent_update(backend, agent, simulator, seqs)
     assert _max_diff(backend.score(simulator, seqs), sim_before) < TOL  # the agent's update left it alone
     if lora_sync == "adapter":
         assert backend.pushes == 1  # the shared base went in once; every later change was an adapter

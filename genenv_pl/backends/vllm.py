@@ -362,7 +362,7 @@ class VLLMBackend(GenerationBackend):
     def _adapter(self, engine: _Engine, policy: Policy, uid: int):
         from vllm.lora.request import LoRARequest
 
-        state = self._state(policy, _lora_params(policy))
+        state = self._state(policy, policy.adapter_parameters())
         current = engine.adapters.get(uid)
         if current is not None and current[0] == state:
             return current[1]
@@ -430,12 +430,6 @@ def _lora_rank(policy: Policy) -> int:
 
 def _engine_lora_rank(engine: _Engine) -> int:
     return int(engine.llm.llm_engine.vllm_config.lora_config.max_lora_rank)
-
-
-def _lora_params(policy: Policy) -> Iterator[torch.nn.Parameter]:
-    """The policy's adapter weights (shared base: its own adapter's, not the other policy's)."""
-    own = f".{policy.adapter}." if policy.adapter is not None else ""
-    return (p for n, p in policy.model.named_parameters() if "lora_" in n and own in n)
 
 
 def _base_params(policy: Policy) -> Iterator[torch.nn.Parameter]:
