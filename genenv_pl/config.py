@@ -56,5 +56,5 @@ class CoevoConfig:
     eval_max_new_tokens: int = 256
     eval_batch_size: int = 64
     eval_limit_per_group: int | None = None  # evaluate only the first N tasks of each group (smoke runs)
-    eval_episodes: int = 0  # `test` also plays this many interactive episodes where the env has an engine; -1: all
+    eval_episodes: int = 0  # `test` also plays this many interactive episodes where the env has an engine (eval_batch_size at a time, in lockstep); -1: all
     keep_rollout_text: bool = True  # store rollout texts in D_train (checkpoint size grows with it)

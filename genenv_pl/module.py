@@ -372,7 +372,8 @@ class GenEnvModule(L.LightningModule):
         table["corpus"] = self.env.aggregate(scores)
         n_episodes = self.trainer.datamodule.cfg.eval_episodes
         if n_episodes:
-            table["episodes"] = self.env.play(self._act, None if n_episodes < 0 else n_episodes)
+            table["episodes"] = self.env.play(self._act, None if n_episodes < 0 else n_episodes,
+                                              batch_size=self.trainer.datamodule.cfg.eval_batch_size)
         lines = [f"{'group':<32} {'n':>6} " + " ".join(f"{k:>14}" for k in table["metrics"])]
         for g, stats in table["groups"].items():
             lines.append(f"{g:<32} {stats['n']:>6} " + " ".join(f"{stats[k]:>14.4f}" for k in table["metrics"]))
@@ -389,11 +390,11 @@ class GenEnvModule(L.LightningModule):
                 json.dump({"env": self.env.name, **table, "rows": rows}, f, indent=1)
             rank_zero_info(f"[genenv] wrote {os.path.join(out_dir, 'test_results.json')}")
 
-    def _act(self, messages: list[dict[str, str]]) -> str:
-        """The agent as an interactive player: greedy text for one turn."""
+    def _act(self, conversations: list[list[dict[str, str]]]) -> list[str]:
+        """The agent as an interactive player: greedy text for one turn of each conversation."""
         params = SamplingParams(max_new_tokens=self.trainer.datamodule.cfg.eval_max_new_tokens, greedy=True)
         agent = self._replicas.get("agent", self.agent)  # FSDP: the replica test_step loaded (no collective per turn)
-        return self.backend.generate(agent, [agent.render(messages)], params)[0][0].text
+        return [g[0].text for g in self.backend.generate(agent, [agent.render(m) for m in conversations], params)]
 
     # ---- checkpoint ---------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -8,8 +8,8 @@ with the engine's feedback) + the admissible commands -> the next expert action.
 Reward: 1.0 when the command read from the agent's `<response>` equals the gold after
 normalization (lowercase, single spaces, no trailing period; old "put X in/on Y" = "move X to Y"),
 else 0.0. `score` adds `format_error` and `admissible` (the command is one the game accepts).
-`evaluate_episodes` plays whole games with any `act(messages) -> str` callable (<= 50 steps)
-and reports success overall, per task type and per split.
+`evaluate_episodes` plays whole games with any `act(list of conversations) -> list of replies`
+callable (<= 50 steps, several games in lockstep) and reports success overall, per task type and split.
 
 Split (deterministic, disjoint by game): only valid_seen / valid_unseen are shipped, so seeds come
 from valid_seen. A task directory `valid_seen/<task dir>` is a seed game when
@@ -31,9 +31,9 @@ import random
 from typing import Any
 
 from genenv_pl.envs.alfworld_game import (
+    BatchPolicy,
     EpisodeReport,
     GameRef,
-    Policy,
     evaluate_episodes,
     extract_steps,
     list_games,
@@ -176,19 +176,19 @@ class ALFWorldEnv(Environment):
         return {"accuracy": float(actions_match(action, task.data["gold"])),
                 "format_error": float(not well_formed), "admissible": float(ok)}
 
-    def evaluate_episodes(self, act: Policy, games: list[GameRef] | None = None,
-                          max_steps: int | None = None) -> EpisodeReport:
+    def evaluate_episodes(self, act: BatchPolicy, games: list[GameRef] | None = None,
+                          max_steps: int | None = None, batch_size: int = 1) -> EpisodeReport:
         """Episode success of `act` on the evaluation games (or `games`); no model code here."""
         return evaluate_episodes(games if games is not None else self.eval_games(), act,
-                                 max_steps or self.max_episode_steps, self.history_window)
+                                 max_steps or self.max_episode_steps, self.history_window, batch_size)
 
-    def play(self, act, limit: int | None = None) -> dict[str, float]:
+    def play(self, act, limit: int | None = None, batch_size: int = 1) -> dict[str, float]:
         """Episode success rate (<= max_episode_steps commands), overall, per task type and split.
         `limit` games are taken round-robin over (task type, split), each in hash order: a sample
         of 12 plays one game of every type in both splits, not 12 games of the first type; a
         sample of 2 plays one type in both splits."""
         games = self.eval_games()
-        return self.evaluate_episodes(act, stratified(games, limit, self.split_salt)).summary()
+        return self.evaluate_episodes(act, stratified(games, limit, self.split_salt), batch_size=batch_size).summary()
 
     # ---- simulator side -----------------------------------------------------------------
     def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:

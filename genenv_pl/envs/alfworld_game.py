@@ -247,7 +247,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 # ---- episode-level evaluation -----------------------------------------------------------------
-Policy = Callable[[list[Message]], str]
+BatchPolicy = Callable[[list[list[Message]]], list[str]]  # one raw reply per conversation
 
 
 class GameLoadError(RuntimeError):
@@ -274,7 +274,8 @@ class EpisodeReport:
         return len(self.skipped)
 
     def summary(self) -> dict[str, float]:
-        """success_rate overall, per task type (`success_rate/<type>`) and per split, plus counts."""
+        """success_rate overall, per task type (`success_rate/<type>`) and per split, plus counts,
+        mean steps and the share of replies without a well-formed `<response>` (format_error_rate)."""
         out: dict[str, float] = {"episodes": float(len(self.episodes)), "skipped": float(self.num_skipped)}
         buckets: dict[str, list[bool]] = {"": []}
         for ep in self.episodes:
@@ -284,16 +285,39 @@ class EpisodeReport:
             out[f"success_rate{name}"] = sum(wins) / len(wins) if wins else 0.0
             if name:  # per-bucket counts: a rate over 3 games reads differently from one over 30
                 out[f"episodes{name}"] = float(len(wins))
+        steps = sum(ep.steps for ep in self.episodes)
+        out["mean_steps"] = steps / len(self.episodes) if self.episodes else 0.0
+        out["format_error_rate"] = sum(ep.format_errors for ep in self.episodes) / steps if steps else 0.0
         return out
 
 
-def play_episode(game: GameRef, act: Policy, max_steps: int = 50, history_window: int | None = None) -> EpisodeResult:
-    """Let `act` play one game for at most `max_steps` commands; success = the engine's `won`.
+@dataclass
+class _Playing:
+    """One game in progress: its engine, the state the agent sees, and the running result."""
+    env: Any
+    state: Any
+    task: str
+    observation: str
+    history: list[dict[str, str]]
+    result: EpisodeResult
 
-    `act` gets the same messages as a single-step agent task and returns raw text; the command
-    is read from it like any agent output. A command outside the admissible list is still sent
-    (the engine answers "Nothing happens.") and costs a step, as in ALFWorld.
-    """
+    def prompt(self, history_window: int | None) -> list[Message]:
+        return agent_messages({"task": self.task, "observation": self.observation, "history": self.history,
+                               "admissible_commands": list(self.state["admissible_commands"])}, history_window)
+
+    def step(self, reply: str) -> None:
+        """Send the command read from `reply`. A command outside the admissible list is still sent
+        (the engine answers "Nothing happens.") and costs a step, as in ALFWorld."""
+        action, well_formed = parse_agent_output(reply)
+        self.result.format_errors += int(not well_formed)
+        action = _engine_command(action, list(self.state["admissible_commands"]))
+        self.state, _, _ = self.env.step(action)
+        self.history.append({"action": action, "observation": self.state.feedback.strip()})
+        self.result.actions.append(action)
+        self.result.steps += 1
+
+
+def _start(game: GameRef) -> _Playing:
     try:
         env, state = open_game(game.path)
     except ImportError:
@@ -305,24 +329,7 @@ def play_episode(game: GameRef, act: Policy, max_steps: int = 50, history_window
     except ValueError as e:
         env.close()
         raise GameLoadError(str(e)) from e
-    try:
-        history: list[dict[str, str]] = []
-        result = EpisodeResult(game.key, game.task_type, False, 0, [])
-        while result.steps < max_steps and not state["won"]:
-            admissible = list(state["admissible_commands"])
-            prompt = agent_messages({"task": task, "observation": observation, "history": history,
-                                     "admissible_commands": admissible}, history_window)
-            action, well_formed = parse_agent_output(act(prompt))
-            result.format_errors += int(not well_formed)
-            action = _engine_command(action, admissible)
-            state, _, _ = env.step(action)
-            history.append({"action": action, "observation": state.feedback.strip()})
-            result.actions.append(action)
-            result.steps += 1
-        result.won = bool(state["won"])
-        return result
-    finally:
-        env.close()
+    return _Playing(env, state, task, observation, [], EpisodeResult(game.key, game.task_type, False, 0, []))
 
 
 def _engine_command(action: str, admissible: list[str]) -> str:
@@ -336,15 +343,49 @@ def _engine_command(action: str, admissible: list[str]) -> str:
 
 
 def evaluate_episodes(
-    games: list[GameRef], act: Policy, max_steps: int = 50, history_window: int | None = None
+    games: list[GameRef], act: BatchPolicy, max_steps: int = 50, history_window: int | None = None,
+    batch_size: int = 1,
 ) -> EpisodeReport:
-    """Play every game; a game that fails to load is skipped and reported, never fatal."""
-    episodes: list[EpisodeResult] = []
+    """Let `act` play every game for at most `max_steps` commands; success = the engine's `won`.
+
+    Up to `batch_size` games run in lockstep: each round is one `act` call with the prompts of every
+    game still running (the same messages as a single-step agent task), since one batched decode
+    costs little more than a single one; a game that ends frees its slot for the next. A game that
+    fails to load is skipped and reported, never fatal; errors raised by `act` propagate (bugs).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    pending = list(enumerate(games))[::-1]
+    playing: list[tuple[int, _Playing]] = []
+    done: dict[int, EpisodeResult] = {}
     skipped: list[tuple[str, str]] = []
-    for game in games:
-        try:
-            episodes.append(play_episode(game, act, max_steps, history_window))
-        except GameLoadError as e:  # errors raised by `act` itself propagate: they are bugs
-            log.warning("alfworld: skipping episode %s (%s)", game.key, e)
-            skipped.append((game.key, str(e)))
-    return EpisodeReport(episodes, skipped)
+    try:
+        while pending or playing:
+            while pending and len(playing) < batch_size:
+                i, game = pending.pop()
+                try:
+                    playing.append((i, _start(game)))
+                except GameLoadError as e:
+                    log.warning("alfworld: skipping episode %s (%s)", game.key, e)
+                    skipped.append((game.key, str(e)))
+            for i, p in playing:
+                if _over(p, max_steps):
+                    p.result.won = bool(p.state["won"])
+                    p.env.close()
+                    done[i] = p.result
+            playing = [(i, p) for i, p in playing if i not in done]
+            if not playing or (pending and len(playing) < batch_size):
+                continue  # fill the freed slots first
+            replies = act([p.prompt(history_window) for _, p in playing])
+            if len(replies) != len(playing):
+                raise ValueError(f"act returned {len(replies)} replies for {len(playing)} prompts")
+            for (_, p), reply in zip(playing, replies):
+                p.step(reply)
+    finally:
+        for _, p in playing:
+            p.env.close()
+    return EpisodeReport([done[i] for i in sorted(done)], skipped)
+
+
+def _over(p: _Playing, max_steps: int) -> bool:
+    return bool(p.state["won"]) or p.result.steps >= max_steps

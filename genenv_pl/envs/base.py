@@ -137,9 +137,10 @@ class Environment(ABC):
         rates that are ratios of summed counts). Default: none."""
         return {}
 
-    def play(self, act, limit: int | None = None) -> dict[str, float]:
+    def play(self, act, limit: int | None = None, batch_size: int = 1) -> dict[str, float]:
         """Interactive evaluation for environments with a real engine (ALFWorld episodes): `act`
-        maps chat messages to the agent's raw text. `limit` caps the number of episodes.
+        maps a list of conversations (chat messages) to the agent's raw replies, one each.
+        `limit` caps the number of episodes; up to `batch_size` of them run in lockstep.
         Default: the environment has none."""
         return {}
 

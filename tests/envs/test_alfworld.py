@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -349,7 +348,7 @@ def test_corrupted_game_is_skipped_with_count(tmp_path: Path, sample_games: list
     assert sorted(k.split("/")[1] for k, _ in env.load_errors) == [
         "pick_and_place_simple-Bad-None-Desk-1", "pick_and_place_simple-Bad-None-Desk-2"]
     bad_games = [g for g in env.seed_games() if "-Bad-" in g.task_dir]
-    report = evaluate_episodes(bad_games, lambda msgs: "<response>look</response>", max_steps=2)
+    report = evaluate_episodes(bad_games, lambda convs: ["<response>look</response>"] * len(convs), max_steps=2)
     assert report.num_skipped == 2 and report.episodes == []
 
 
@@ -360,9 +359,9 @@ def test_episode_evaluator_oracle_and_failing_policy(sample_games: list[GameRef]
     walkthrough = [s["gold"] for s in sample_steps[game.key]]
     seen: list[list[dict]] = []
 
-    def oracle(messages: list[dict]) -> str:
-        seen.append(messages)
-        return f"<think>follow the plan</think><response>{walkthrough[len(seen) - 1]}</response>"
+    def oracle(conversations: list[list[dict]]) -> list[str]:
+        seen.extend(conversations)
+        return [f"<think>follow the plan</think><response>{walkthrough[len(seen) - 1]}</response>"]
 
     report = evaluate_episodes([game], oracle)
     assert report.episodes[0].won and report.episodes[0].steps == len(walkthrough)
@@ -371,10 +370,44 @@ def test_episode_evaluator_oracle_and_failing_policy(sample_games: list[GameRef]
     assert "Admissible commands:" in seen[0][-1]["content"]
     assert f"> {walkthrough[0]}" in seen[1][-1]["content"]  # history carries the executed command
 
-    lazy = evaluate_episodes([game], lambda messages: "I am not sure.\n\nLOOK", max_steps=3)
+    lazy = evaluate_episodes([game], lambda convs: ["I am not sure.\n\nLOOK"] * len(convs), max_steps=3)
     episode = lazy.episodes[0]
     assert not episode.won and episode.steps == 3 and episode.actions == ["look"] * 3
-    assert episode.format_errors == 3 and lazy.summary()["success_rate"] == 0.0
+    assert episode.format_errors == 3
+    assert lazy.summary() | {"success_rate": 0.0, "mean_steps": 3.0, "format_error_rate": 1.0} == lazy.summary()
+
+
+def test_episodes_in_lockstep_refill_freed_slots(sample_games: list[GameRef], sample_steps: dict) -> None:
+    """Three games, two slots: each `act` call carries every running game's prompt, the shortest game's
+    slot goes to the third game once it is won, and results come back in game order."""
+    needs_engine("textworld")
+    games = sample_games[:3]  # shortest walkthroughs first
+    walkthroughs = {g.key: [s["gold"] for s in sample_steps[g.key]] for g in games}
+    intros = {g.key: sample_steps[g.key][0]["observation"] for g in games}
+    assert len(set(intros.values())) == 3
+    played = {g.key: 0 for g in games}
+    batches: list[list[str]] = []
+
+    def oracle(conversations: list[list[dict]]) -> list[str]:
+        keys = [next(k for k, intro in intros.items() if intro in conv[-1]["content"]) for conv in conversations]
+        batches.append(keys)
+        replies = []
+        for k in keys:
+            replies.append(f"<response>{walkthroughs[k][played[k]]}</response>")
+            played[k] += 1
+        return replies
+
+    report = evaluate_episodes(games, oracle, batch_size=2)
+    assert [e.key for e in report.episodes] == [g.key for g in games]
+    assert all(e.won and e.steps == len(walkthroughs[e.key]) for e in report.episodes)
+    assert max(len(b) for b in batches) == 2 and batches[0] == [games[0].key, games[1].key]
+    first_done = len(walkthroughs[games[0].key])
+    assert batches[first_done] == [games[1].key, games[2].key]  # the freed slot is filled at once
+    assert len(batches) < sum(len(w) for w in walkthroughs.values())
+    assert report.summary()["format_error_rate"] == 0.0
+
+    with pytest.raises(ValueError, match="1 replies for 2 prompts"):
+        evaluate_episodes(games[:2], lambda convs: ["<response>look</response>"], batch_size=2)
 
 
 def test_episode_summary_per_task_type() -> None:

@@ -33,9 +33,14 @@ def test_tiny_override_fits_and_tests_offline(tmp_path):
     metrics = cli.datamodule.last_round.metrics
     assert 0.0 <= metrics["coevo/invalid_rate"] <= 1.0 and metrics["coevo/valid_tasks"] >= 0
 
-    cli_main(["test", *configs, "--ckpt_path", str(ckpt)])
+    # Plus 3 short episodes in the real engine, 2 games in lockstep through the module's batched player.
+    cli_main(["test", *configs, "--ckpt_path", str(ckpt), "--data.coevo.eval_episodes", "3",
+              "--data.coevo.eval_batch_size", "2", "--data.env_args.max_episode_steps", "2"])
     results = list((tmp_path / "runs").glob("alfworld-tiny/version_*/test_results.json"))
     assert results
     table = json.loads(results[-1].read_text())
     assert table["env"] == "alfworld" and table["groups"]["overall"]["n"] > 0
     assert 0.0 <= table["groups"]["overall"]["accuracy"] <= 1.0
+    episodes = table["episodes"]
+    assert episodes["episodes"] == 3 and episodes["skipped"] == 0
+    assert 1.0 <= episodes["mean_steps"] <= 2.0 and 0.0 <= episodes["format_error_rate"] <= 1.0
