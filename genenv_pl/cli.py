@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import zipfile
 
@@ -59,4 +60,14 @@ def checked_checkpoint(ckpt_path: str, trainer) -> str:
 
 
 def cli_main(args=None) -> GenEnvCLI:
+    _show_info_logs()
     return GenEnvCLI(GenEnvModule, GenEnvDataModule, args=args, save_config_kwargs={"overwrite": True})
+
+
+def _show_info_logs() -> None:
+    """genenv_pl's INFO lines (e.g. the progress of a long episode evaluation) on stderr, as Lightning
+    does for its own logger; left alone when the application configured logging itself."""
+    logger = logging.getLogger("genenv_pl")
+    if not logging.getLogger().handlers and not logger.handlers:
+        logger.setLevel(logging.INFO)
+        logger.addHandler(logging.StreamHandler())

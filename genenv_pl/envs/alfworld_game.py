@@ -373,6 +373,8 @@ def evaluate_episodes(
                     p.result.won = bool(p.state["won"])
                     p.env.close()
                     done[i] = p.result
+                    log.info("alfworld: episode %d/%d %s: %s in %d steps", len(done), len(games), p.result.key,
+                             "won" if p.result.won else "lost", p.result.steps)
             playing = [(i, p) for i, p in playing if i not in done]
             if not playing or (pending and len(playing) < batch_size):
                 continue  # fill the freed slots first
