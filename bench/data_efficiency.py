@@ -1,68 +1,113 @@
 """Data-efficiency study on the embedded arithmetic environment: GenEnv against its ablations.
 
-Each variant (`data.coevo.variant`, plus an optional alpha sweep) trains from the same warm-started
-agent with the quickstart recipe, at an equal agent-update budget (same epochs, same tasks per epoch),
-for several seeds. Held-out accuracy is read from TensorBoard against the number of agent training
-tasks consumed (`agent/tasks_seen`, G rollouts each); the table gives how many tasks each variant
-needs to reach a fixed held-out accuracy, as a ratio to GenEnv. The calibration figure is the paper's:
-success on generated tasks per epoch with the alpha zone shaded, and generated-task difficulty.
+Every arm trains from the same warm-started agent and simulator with the quickstart recipe
+(`configs/quickstart.yaml`), at an equal budget of agent training tasks (same epochs, same tasks per
+epoch), over several seeds; an arm differs from `genenv` only in the keys it names below. Held-out
+accuracy is read from TensorBoard against the agent training tasks consumed (`agent/tasks_seen`).
 
     pip install -e ".[bench]"
-    python bench/data_efficiency.py                       # 3 variants x 3 seeds x 300 epochs
-    python bench/data_efficiency.py --variants genenv static --seeds 0 --epochs 100   # quicker look
-    python bench/data_efficiency.py --alphas 0.3 0.5 0.7   # adds an alpha sweep of GenEnv
+    python bench/data_efficiency.py                                     # the 5 main arms x 5 seeds
+    python bench/data_efficiency.py --arms genenv genenv-task --seeds 0 1 2 3 4   # one lever
+    python bench/data_efficiency.py --jobs 2                            # two runs at a time (1 thread each)
+    python bench/data_efficiency.py --report-only                       # tables from the finished runs only
 
-Writes bench/results/data_efficiency.md, data_efficiency.png and calibration.png; runs go to
-bench/out/data_efficiency/ (one TensorBoard folder per variant and seed; existing runs are reused).
+Resumable: a finished run leaves `<out>/<run>.done` and is reused; an unfinished one is started
+again from scratch. Writes bench/results/data_efficiency.{md,json}, data_efficiency.png (held-out
+accuracy against tasks), calibration.png (success on generated tasks, the paper's figure) and
+conditioning.png (difficulty change against the success bucket shown to the simulator).
 """
 from __future__ import annotations
 
 import argparse
 import glob
+import json
+import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Arm -> the overrides that make it differ from the quickstart recipe (dotted keys).
+ARMS: dict[str, dict] = {
+    "genenv": {},
+    "genenv-random": {"data.coevo.variant": "genenv-random"},
+    "static": {"data.coevo.variant": "static"},
+    "no-band": {"data.coevo.variant": "no-band"},
+    # reference: the simulator's warm start teaches the curriculum rule itself
+    "genenv-rule-warmstart": {"data.env_args.sim_warm_start": "curriculum"},
+    "genenv-random-rule-warmstart": {"data.env_args.sim_warm_start": "curriculum", "data.coevo.variant": "genenv-random"},
+    # levers
+    "genenv-task": {"data.coevo.difficulty_unit": "task"},
+    "genenv-random-task": {"data.coevo.difficulty_unit": "task", "data.coevo.variant": "genenv-random"},
+    "genenv-batch": {"data.coevo.difficulty_unit": "seed_batch"},
+    "genenv-partial": {"data.env_args.reward": "partial"},
+    "genenv-random-partial": {"data.env_args.reward": "partial", "data.coevo.variant": "genenv-random"},
+    "genenv-beta20": {"callback.beta": 20.0},
+    "genenv-k0.2": {"callback.filtering_k": 0.2},
+    "genenv-simlr1e-3": {"model.simulator_optimizer.init_args.lr": 1.0e-3},
+    "genenv-simkl0.01": {"model.rwr.kl_coef": 0.01},
+}
+MAIN_ARMS = ["genenv", "genenv-random", "static", "no-band", "genenv-rule-warmstart"]
 
-def run_name(variant: str, seed: int, alpha: float | None) -> str:
-    return f"{variant}{'' if alpha is None else f'_alpha{alpha:g}'}_s{seed}"
+
+def _set(d: dict, dotted: str, value) -> None:
+    *path, last = dotted.split(".")
+    for k in path:
+        d = d.setdefault(k, {})
+    d[last] = value
 
 
-def train(out: Path, variant: str, seed: int, alpha: float | None, args) -> Path:
-    """One fit in a subprocess (a clean process per run: no state leaks between variants)."""
-    name = run_name(variant, seed, alpha)
-    log_dir = out / "runs" / name
-    if glob.glob(str(log_dir / "version_*" / "events.out.tfevents.*")) and not args.rerun:
-        return log_dir
-    override = {
-        "seed_everything": seed,
-        "trainer": {
-            "max_epochs": args.epochs,
-            "check_val_every_n_epoch": args.val_every,
-            "enable_checkpointing": False,
-            "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                       "init_args": {"save_dir": str(out / "runs"), "name": name}},
-            "callbacks": [{"class_path": "callbacks.AlphaCurriculumCallback",
-                           "init_args": {"alpha": 0.5 if alpha is None else alpha, "beta": 2.0, "filtering_k": 0.1,
-                                         "print_every_n_epochs": 50}}],
-        },
-        "data": {"seed": seed, "coevo": {"variant": variant}},
+def override(arm: str, seed: int, out: Path, args) -> dict:
+    base = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
+    callback = next(c for c in base["trainer"]["callbacks"] if c["class_path"].endswith("AlphaCurriculumCallback"))
+    cb_args = {**callback["init_args"], "print_every_n_epochs": 50}
+    cfg: dict = {}
+    for key, value in ARMS[arm].items():
+        if key.startswith("callback."):
+            cb_args[key.split(".", 1)[1]] = value
+        else:
+            _set(cfg, key, value)
+    env_args = {**base["data"]["env_args"], **cfg.get("data", {}).get("env_args", {})}
+    _set(cfg, "seed_everything", seed)
+    _set(cfg, "data.seed", seed)
+    _set(cfg, "data.env_args", env_args)
+    cfg["trainer"] = {
+        "max_epochs": args.epochs,
+        "check_val_every_n_epoch": args.val_every,
+        "enable_checkpointing": False,
+        "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                   "init_args": {"save_dir": str(out / "runs"), "name": f"{arm}_s{seed}"}},
+        "callbacks": [{"class_path": "callbacks.AlphaCurriculumCallback", "init_args": cb_args},
+                      {"class_path": "callbacks.SimulatorConditioningCallback", "init_args": {"every_n_epochs": args.probe_every}}],
     }
+    return cfg
+
+
+def train(out: Path, arm: str, seed: int, args, threads: int) -> Path:
+    """One fit in a subprocess (a clean process per run: no state leaks between arms)."""
+    name = f"{arm}_s{seed}"
+    log_dir, done = out / "runs" / name, out / f"{name}.done"
+    if done.exists() and not args.rerun:
+        return log_dir
+    shutil.rmtree(log_dir, ignore_errors=True)  # an unfinished run starts again from scratch
     cfg = out / f"{name}.yaml"
-    cfg.write_text(yaml.safe_dump(override))
+    cfg.write_text(yaml.safe_dump(override(arm, seed, out, args)))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     t0 = time.time()
     with open(out / f"{name}.log", "w") as log:
         rc = subprocess.call([sys.executable, "main.py", "fit", "--config", "configs/quickstart.yaml", "--config", str(cfg)],
-                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     if rc:
         raise SystemExit(f"{name} failed (exit {rc}); see {out / f'{name}.log'}")
+    done.write_text(f"{time.time() - t0:.0f}\n")
     print(f"  {name}: {time.time() - t0:.0f} s", flush=True)
     return log_dir
 
@@ -87,87 +132,152 @@ def accuracy_curve(s: dict) -> list[tuple[float, float]]:
 
 
 def tasks_to_reach(curve: list[tuple[float, float]], target: float) -> float | None:
-    return next((x for x, acc in curve if acc >= target), None)
+    return next((x for x, acc in curve[1:] if acc >= target), None)
+
+
+def _values(s: dict, tag: str) -> list[float]:
+    return [v for _, v in s.get(tag, []) if v == v]
+
+
+def run_summary(s: dict, target: float, alpha: float) -> dict:
+    curve = accuracy_curve(s)
+    succ = [v for _, v in s["coevo/success_rate"]]
+    half = [v for v in succ[len(succ) // 2:] if v == v]
+    zero = _values(s, "agent/zero_std_frac")
+    task_gap = [v for _, v in s.get("coevo/task_alpha_gap", [])][len(succ) // 2:]
+    slopes = _values(s, "sim/conditioning_slope")
+    return {
+        "tasks_to_target": tasks_to_reach(curve, target),
+        "final_accuracy": curve[-1][1],
+        "best_accuracy": max(a for _, a in curve[1:]) if len(curve) > 1 else curve[0][1],
+        "lowest_accuracy": min(a for _, a in curve),
+        "start_accuracy": curve[0][1],
+        "alpha_gap_second_half": statistics.mean(abs(v - alpha) for v in half) if half else None,
+        "task_alpha_gap_second_half": statistics.mean(v for v in task_gap if v == v) if any(v == v for v in task_gap) else None,
+        "zero_std_frac_last_fifth": statistics.mean(zero[-max(1, len(zero) // 5):]) if zero else None,
+        "conditioning_slope": slopes[-1] if slopes else None,
+        "conditioning_slope_start": slopes[0] if slopes else None,
+        "difficulty_last_fifth": statistics.mean(_values(s, "coevo/difficulty")[-max(1, len(succ) // 5):])
+        if _values(s, "coevo/difficulty") else None,
+    }
+
+
+# two-sided 95% Student t quantiles by degrees of freedom
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float] | None:
+    """Mean and half-width of a 95% t interval (half-width NaN for one value)."""
+    if not xs:
+        return None
+    m = statistics.mean(xs)
+    if len(xs) < 2:
+        return m, float("nan")
+    df = len(xs) - 1
+    t = _T95[max(k for k in _T95 if k <= df)] if df < 30 else 1.96
+    return m, t * statistics.stdev(xs) / math.sqrt(len(xs))
+
+
+def _fmt(xs: list, digits: int = 3) -> str:
+    vals = [x for x in xs if x is not None]
+    if not vals:
+        return "—"
+    m, h = mean_ci(vals)
+    s = f"{m:.{digits}f}" + ("" if h != h else f" ± {h:.{digits}f}")
+    return s + (f" ({len(vals)} of {len(xs)})" if len(vals) < len(xs) else "")
+
+
+def report(data: dict[str, dict[int, dict]], target: float, args, budget: float) -> tuple[str, dict]:
+    js: dict = {"target": target, "budget_tasks": budget, "epochs": args.epochs, "val_every": args.val_every,
+                "arms": {arm: ARMS[arm] for arm in data}, "variants": {}}
+    lines = [
+        f"Held-out accuracy target {target:.3f} (starting agent + {args.target_gain:g}); {args.epochs} epochs "
+        f"(~{budget:.0f} agent training tasks, G rollouts each), validation every {args.val_every} epochs "
+        "(tasks-to-target is resolved to that grid). Mean ± half-width of a 95% t interval over seeds.",
+        "",
+        "| arm | seeds | tasks to target (mean of reached) | reached | final acc | best acc | lowest acc | "
+        "alpha gap, 2nd half | per-task alpha gap | zero-std, last fifth | slope start -> end |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, runs in data.items():
+        seeds = sorted(runs)
+        rows = [runs[s] for s in seeds]
+        col = lambda k: [r[k] for r in rows]  # noqa: E731
+        js["variants"][arm] = {"seeds": seeds, **{k: col(k) for k in rows[0]}}
+        reached = sum(x is not None for x in col("tasks_to_target"))
+        lines.append(
+            f"| {arm} | {len(seeds)} | {_fmt(col('tasks_to_target'), 0)} | {reached}/{len(seeds)} | "
+            f"{_fmt(col('final_accuracy'))} | {_fmt(col('best_accuracy'))} | {_fmt(col('lowest_accuracy'))} | "
+            f"{_fmt(col('alpha_gap_second_half'))} | {_fmt(col('task_alpha_gap_second_half'))} | "
+            f"{_fmt(col('zero_std_frac_last_fifth'), 2)} | {_fmt(col('conditioning_slope_start'), 2)} -> "
+            f"{_fmt(col('conditioning_slope'), 2)} |")
+    lines += ["", "Per seed (tasks to target / final acc / alpha gap, 2nd half):", ""]
+    for arm, runs in data.items():
+        cells = []
+        for s in sorted(runs):
+            r = runs[s]
+            t = "—" if r["tasks_to_target"] is None else f"{r['tasks_to_target']:.0f}"
+            g = "—" if r["alpha_gap_second_half"] is None else f"{r['alpha_gap_second_half']:.3f}"
+            cells.append(f"s{s}: {t} / {r['final_accuracy']:.3f} / {g}")
+        lines.append(f"- {arm}: " + "; ".join(cells))
+    lines += ["", "— : target not reached within the budget (the mean of tasks to target is over the seeds that "
+              "reached it). Alpha gap: mean over the second half of the epochs of |success on generated tasks - alpha| "
+              "(seed-batch p_hat averaged per epoch); per-task alpha gap: the same with each generated task's own p_hat. "
+              "Slope: `sim/conditioning_slope`, difficulty levels per success bucket, before training -> at the end."]
+    return "\n".join(lines) + "\n", js
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--variants", nargs="+", default=["genenv", "genenv-random", "static"])
-    p.add_argument("--alphas", nargs="*", type=float, default=[], help="GenEnv runs at these alphas (alpha sweep)")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--arms", nargs="+", default=MAIN_ARMS, choices=sorted(ARMS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--epochs", type=int, default=300)
     p.add_argument("--val-every", type=int, default=25)
-    p.add_argument("--target", type=float, default=None,
-                   help="held-out accuracy to reach (default: starting accuracy + 0.05)")
+    p.add_argument("--probe-every", type=int, default=25)
+    p.add_argument("--target-gain", type=float, default=0.05, help="target = starting held-out accuracy + this")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (threads are split between them)")
     p.add_argument("--out", default=str(REPO / "bench" / "out" / "data_efficiency"))
-    p.add_argument("--results", default=str(REPO / "bench" / "results"))
-    p.add_argument("--rerun", action="store_true", help="train again even if a run's logs exist")
+    p.add_argument("--results", default=str(REPO / "bench" / "results"), help="folder for the tables and plots")
+    p.add_argument("--name", default="data_efficiency", help="file stem of the tables and plots")
+    p.add_argument("--rerun", action="store_true", help="train again even if a run is finished")
+    p.add_argument("--report-only", action="store_true", help="no training: report the finished runs")
     args = p.parse_args()
     out, results = Path(args.out), Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
     results.mkdir(parents=True, exist_ok=True)
 
-    arms = [(v, None) for v in args.variants] + [("genenv", a) for a in args.alphas]
-    data: dict[str, list[dict]] = {}
-    t0 = time.time()
-    for variant, alpha in arms:
-        label = variant if alpha is None else f"genenv alpha={alpha:g}"
-        for seed in args.seeds:
-            s = scalars(train(out, variant, seed, alpha, args))
-            data.setdefault(label, []).append(s)
-    print(f"trained/loaded {sum(map(len, data.values()))} runs in {time.time() - t0:.0f} s")
-
-    start = statistics.mean(s["val/accuracy"][0][1] for runs in data.values() for s in runs)
-    target = args.target if args.target is not None else round(start + 0.05, 3)
-    table = summarize(data, target, args)
-    (results / "data_efficiency.md").write_text(table)
+    todo = [(arm, seed) for seed in args.seeds for arm in args.arms]  # seed-major: every arm advances together
+    if not args.report_only:
+        threads = max(1, (os.cpu_count() or 2) // args.jobs)
+        t0 = time.time()
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(lambda a: train(out, a[0], a[1], args, threads), todo))
+        print(f"trained/loaded {len(todo)} runs in {time.time() - t0:.0f} s")
+    finished = [(a, s) for a, s in todo if (out / f"{a}_s{s}.done").exists()]
+    if not finished:
+        raise SystemExit("no finished runs to report")
+    logs = {(a, s): scalars(out / "runs" / f"{a}_s{s}") for a, s in finished}
+    start = statistics.mean(v["val/accuracy"][0][1] for v in logs.values())
+    target = round(start + args.target_gain, 3)
+    alpha = 0.5
+    data: dict[str, dict[int, dict]] = {}
+    for (arm, seed), s in logs.items():
+        data.setdefault(arm, {})[seed] = run_summary(s, target, alpha)
+    budget = statistics.mean(v["agent/tasks_seen"][-1][1] for v in logs.values())
+    table, js = report(data, target, args, budget)
+    missing = [f"{a}_s{s}" for a, s in todo if (a, s) not in logs]
+    if missing:
+        table += f"\nNot yet run ({len(missing)}): {', '.join(missing)}\n"
+    js["not_yet_run"] = missing
+    (results / f"{args.name}.md").write_text(table)
+    (results / f"{args.name}.json").write_text(json.dumps(js, indent=1) + "\n")
     print(table)
-    plot_curves(data, target, results / "data_efficiency.png")
-    plot_calibration(data, results / "calibration.png")
-    print(f"wrote {results / 'data_efficiency.md'}, data_efficiency.png, calibration.png")
-
-
-def _fmt_spread(xs: list[float]) -> str:
-    return f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}" if len(xs) > 1 else f"{xs[0]:.3f}"
-
-
-def summarize(data: dict[str, list[dict]], target: float, args) -> str:
-    needs: dict[str, list[float | None]] = {}
-    rows = []
-    for label, runs in data.items():
-        curves = [accuracy_curve(s) for s in runs]
-        needs[label] = [tasks_to_reach(c, target) for c in curves]
-        final = [c[-1][1] for c in curves]
-        best = [max(a for _, a in c) for c in curves]
-        succ = [statistics.mean(v for _, v in s["coevo/success_rate"][-max(1, len(s["coevo/success_rate"]) // 5):]
-                                if v == v) for s in runs]
-        rows.append((label, final, best, succ, needs[label], runs[0]["agent/tasks_seen"][-1][1]))
-    ref = needs.get("genenv")
-    ref_mean = statistics.mean(x for x in ref if x is not None) if ref and all(x is not None for x in ref) else None
-    lines = [
-        f"Held-out accuracy target {target:.3f} (starting agent + 0.05); {len(args.seeds)} seeds "
-        f"({', '.join(map(str, args.seeds))}), {args.epochs} epochs, validation every {args.val_every} epochs "
-        "(so tasks-to-target is resolved to that grid). Mean ± sd over seeds.",
-        "",
-        "| variant | final val acc | best val acc | success on generated tasks (last fifth) | "
-        "tasks to target, per seed | mean | ratio to GenEnv |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for label, final, best, succ, need, budget in rows:
-        reached = [x for x in need if x is not None]
-        per_seed = ", ".join("—" if x is None else f"{x:.0f}" for x in need)
-        if len(reached) == len(need):
-            mean = statistics.mean(reached)
-            mean_s = f"{mean:.0f}"
-            ratio = f"{mean / ref_mean:.2f}x" if ref_mean else "n/a"
-        else:
-            mean_s = f"> {budget:.0f} in {len(need) - len(reached)} of {len(need)} seeds"
-            ratio = "n/a"
-        lines.append(f"| {label} | {_fmt_spread(final)} | {_fmt_spread(best)} | {_fmt_spread(succ)} | {per_seed} | "
-                     f"{mean_s} | {ratio} |")
-    lines += ["", "— : target not reached within the budget. Tasks are agent training tasks rolled out "
-              "(fresh or fixed-set variations, base seeds and replay), G rollouts each."]
-    return "\n".join(lines) + "\n"
+    series = {arm: [logs[(arm, s)] for s in sorted(data[arm])] for arm in data}
+    plot_curves(series, target, results / f"{args.name}.png")
+    plot_calibration(series, results / f"{args.name}_calibration.png")
+    plot_conditioning(series, results / f"{args.name}_conditioning.png")
+    print(f"wrote {results / args.name}.md, .json and the plots")
 
 
 def _plt():
@@ -179,47 +289,72 @@ def _plt():
     return plt
 
 
-def plot_curves(data: dict[str, list[dict]], target: float, path: Path) -> None:
+def plot_curves(series: dict[str, list[dict]], target: float, path: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for label, runs in data.items():
+    for label, runs in series.items():
         curves = [accuracy_curve(s) for s in runs]
         n = min(len(c) for c in curves)
         xs = [statistics.mean(c[i][0] for c in curves) for i in range(n)]
         ys = [[c[i][1] for c in curves] for i in range(n)]
-        ax.plot(xs, [statistics.mean(y) for y in ys], marker="o", ms=3, label=label)
-        ax.fill_between(xs, [min(y) for y in ys], [max(y) for y in ys], alpha=0.15)
+        ax.plot(xs, [statistics.mean(y) for y in ys], marker="o", ms=3, label=f"{label} ({len(runs)} seeds)")
+        ax.fill_between(xs, [min(y) for y in ys], [max(y) for y in ys], alpha=0.12)
     ax.axhline(target, color="grey", ls="--", lw=1, label=f"target {target:.3f}")
     ax.set_xlabel("agent training tasks consumed")
     ax.set_ylabel("held-out accuracy (600 tasks, levels 1-6)")
     ax.set_title("Data efficiency on the embedded arithmetic environment")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def plot_calibration(data: dict[str, list[dict]], path: Path, alpha: float = 0.5, k: float = 0.1) -> None:
+def plot_calibration(series: dict[str, list[dict]], path: Path, alpha: float = 0.5, k: float = 0.1) -> None:
     plt = _plt()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for label, runs in data.items():
-        if "alpha=" in label:
-            continue
+    for label, runs in series.items():
         for tag, ax in (("coevo/success_rate", a1), ("coevo/difficulty", a2)):
-            series = [[v for _, v in s[tag]] for s in runs if tag in s]
-            n = min(map(len, series))
-            mean = [statistics.mean(x[i] for x in series if x[i] == x[i]) if any(x[i] == x[i] for x in series)
+            rows = [[v for _, v in s[tag]] for s in runs if tag in s]
+            n = min(map(len, rows))
+            mean = [statistics.mean(x[i] for x in rows if x[i] == x[i]) if any(x[i] == x[i] for x in rows)
                     else float("nan") for i in range(n)]
             ax.plot(range(n), _smooth(mean, 10), label=label, lw=1.2)
     a1.axhspan(alpha - k, alpha + k, color="green", alpha=0.12, label=f"alpha zone {alpha} ± {k}")
     a1.set_xlabel("epoch")
     a1.set_ylabel("success rate on generated tasks")
     a1.set_ylim(0, 1)
-    a1.legend(fontsize=8)
+    a1.legend(fontsize=7)
     a2.set_xlabel("epoch")
     a2.set_ylabel("generated-task difficulty (digits)")
-    a2.legend(fontsize=8)
-    fig.suptitle("Calibration: success on generated tasks and their difficulty (10-epoch moving mean)")
+    fig.suptitle("Calibration: success on generated tasks and their difficulty (mean over seeds, 10-epoch moving mean)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_conditioning(series: dict[str, list[dict]], path: Path) -> None:
+    """Bucket on x, difficulty change on y, a line per probe epoch (mean over seeds); a panel per arm."""
+    plt = _plt()
+    arms = [a for a, runs in series.items() if "sim/conditioning_slope" in runs[0]]
+    if not arms:
+        return
+    fig, axes = plt.subplots(1, len(arms), figsize=(3.2 * len(arms), 3.4), sharey=True, squeeze=False)
+    for ax, arm in zip(axes[0], arms):
+        runs = series[arm]
+        buckets = sorted(int(t.rsplit("bucket", 1)[1]) for t in runs[0] if t.startswith("sim/delta_level_bucket"))
+        n = min(len(s["sim/probe_epoch"]) for s in runs)
+        picks = sorted({0, n // 3, 2 * n // 3, n - 1})
+        cmap = plt.get_cmap("viridis")
+        for j, i in enumerate(picks):
+            ys = [statistics.mean(v for v in (s[f"sim/delta_level_bucket{b}"][i][1] for s in runs) if v == v) for b in buckets]
+            epoch = int(runs[0]["sim/probe_epoch"][i][1])
+            ax.plot(buckets, ys, marker="o", ms=3, color=cmap(j / max(1, len(picks) - 1)), label=f"epoch {epoch}")
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_title(arm, fontsize=9)
+        ax.set_xlabel("success bucket shown (0 = fails, 4 = solves)")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("difficulty written - seed's (levels)")
+    fig.suptitle("Learned conditioning of the simulator on the agent's success (probe set, mean over seeds)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

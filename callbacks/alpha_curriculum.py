@@ -27,14 +27,18 @@ class AlphaCurriculumCallback(L.Callback):
         self.print_every_n_epochs = print_every_n_epochs
 
     def score(self, batches) -> None:
-        """Set r_env and in_band on each seed batch that has a difficulty estimate p_hat."""
+        """Set r_env and in_band on each seed batch that has a difficulty estimate p_hat, and the
+        same per task on each task with its own p_hat (task_p_hat)."""
         for b in batches:
-            if b.p_hat is None:
-                b.r_env, b.in_band = None, False
-                continue
-            p = torch.tensor(b.p_hat)
-            b.r_env = float(alpha_reward(p, self.alpha, self.beta))
-            b.in_band = bool(in_band(p, self.alpha, self.filtering_k))
+            b.r_env, b.in_band = self._score(b.p_hat)
+            scored = [self._score(p) for p in b.task_p_hat]
+            b.task_r_env, b.task_in_band = [r for r, _ in scored], [ok for _, ok in scored]
+
+    def _score(self, p_hat: float | None) -> tuple[float | None, bool]:
+        if p_hat is None:
+            return None, False
+        p = torch.tensor(p_hat)
+        return float(alpha_reward(p, self.alpha, self.beta)), bool(in_band(p, self.alpha, self.filtering_k))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         stats = getattr(trainer.datamodule, "last_round", None)

@@ -29,6 +29,11 @@ class SeedBatch:
     p_hat: float | None = None
     r_env: float | None = None
     in_band: bool = False
+    # The same three per valid task, from its own G rollouts (aligned with `tasks`; None / False for
+    # a task that was not rolled out). Used when difficulty is scored per task (coevo.difficulty_unit).
+    task_p_hat: list[float | None] = field(default_factory=list)
+    task_r_env: list[float | None] = field(default_factory=list)
+    task_in_band: list[bool] = field(default_factory=list)
 
 
 @dataclass

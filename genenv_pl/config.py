@@ -48,6 +48,11 @@ class CoevoConfig:
     # before training, then plain GRPO on that fixed set); "no-band" (every scored seed batch trains
     # the simulator, no |p_hat - alpha| filter). The alpha sweep is the curriculum callback's `alpha`.
     variant: Literal["genenv", "genenv-random", "static", "no-band"] = "genenv"
+    # What one difficulty estimate p_hat covers. "seed_batch" (the paper): all K_valid * G rollouts of
+    # a seed's variations; R_env and the band apply to the whole batch, so one trivial and one
+    # impossible variation average to p_hat = 0.5 and both train the simulator. "task" (beyond the
+    # paper): each variation is scored by its own G rollouts and enters the simulator update alone.
+    difficulty_unit: Literal["seed_batch", "task"] = "seed_batch"
     agent_sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256))
     sim_sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=512))
     # Longest prompt + response in tokens (the paper: 9,000). A task or seed whose prompt leaves less

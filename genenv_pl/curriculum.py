@@ -31,3 +31,17 @@ def rwr_weights(r_env: Tensor, lam: float = 1.0) -> Tensor:
     if r_env.numel() == 0:
         return r_env.float()
     return torch.softmax(lam * r_env.float(), dim=0) * r_env.numel()
+
+
+def conditioning_slope(buckets: Tensor, deltas: Tensor) -> Tensor:
+    """Least-squares slope of `deltas` against `buckets` (NaN entries ignored; NaN with < 2 points).
+
+    Applied to the simulator's mean change of difficulty (written task minus seed) against the
+    success bucket shown in its prompt: > 0 when it writes harder tasks for an agent that succeeds."""
+    x, y = buckets.double(), deltas.double()
+    keep = ~torch.isnan(y)
+    x, y = x[keep], y[keep]
+    if x.numel() < 2 or float(((x - x.mean()) ** 2).sum()) == 0.0:
+        return torch.tensor(float("nan"))
+    dx = x - x.mean()
+    return ((dx * (y - y.mean())).sum() / (dx**2).sum()).float()

@@ -146,28 +146,32 @@ class GenEnvDataModule(L.LightningDataModule):
                              cfg.max_seq_len)
             gen_seconds = time.perf_counter() - t0
 
+            for b in batches:
+                b.task_p_hat = [None] * len(b.tasks)
             for g in groups:
                 if g.seed_index is not None:
-                    batches[g.seed_index].successes.extend(g.successes)
+                    b = batches[g.seed_index]
+                    b.successes.extend(g.successes)
+                    b.task_p_hat[_index(b.tasks, g.task)] = float(success_rate(torch.tensor(g.successes)))
             rates: dict[str, float] = {}
             for b in batches:
                 if b.successes:
                     b.p_hat = float(success_rate(torch.tensor(b.successes)))
                     old = rates.get(b.seed.id, self.success_rates.get(b.seed.id))
                     rates[b.seed.id] = b.p_hat if old is None else cfg.success_ema * old + (1 - cfg.success_ema) * b.p_hat
-            curriculum.score(batches)  # sets r_env and in_band on each seed batch
+            curriculum.score(batches)  # sets r_env and in_band on each seed batch and each task
             if cfg.variant == "no-band":
                 for b in batches:
                     b.in_band = b.p_hat is not None
+                    b.task_in_band = [p is not None for p in b.task_p_hat]
 
             new = Pools()
             for g in groups:
                 if g.source == "fresh":
                     new.add_train(epoch, g.task, g.rewards, [r.text for r in g.rollouts] if cfg.keep_rollout_text else None)
-            train_sim = cfg.variant in ("genenv", "no-band")
-            sim_samples = [(b, g) for b in batches if b.in_band for g in b.task_generations] if train_sim else []
-            for b, g in sim_samples:
-                new.add_env(epoch, b.seed.id, b.prompt, g.text, b.p_hat, b.r_env)
+            sim_samples = _simulator_samples(batches, cfg.difficulty_unit) if cfg.variant in ("genenv", "no-band") else []
+            for s in sim_samples:
+                new.add_env(epoch, s.batch.seed.id, s.batch.prompt, s.generation.text, s.p_hat, s.r_env)
 
             steps, zero_std_frac = self._build_steps(groups, sim_samples, module.agent.pad_id, module.simulator.pad_id,
                                                      step_rng)
@@ -195,7 +199,8 @@ class GenEnvDataModule(L.LightningDataModule):
         steps += [{"agent": None, "sim": None} for _ in range(max(p["steps"] for p in parts) - len(steps))]
         self.last_round = RoundStats(epoch, all_batches, all_groups,
                                      self._metrics(all_batches, all_groups, zero_std_frac, gen_seconds,
-                                                   sum(p.get("overlong", 0) for p in parts)))
+                                                   sum(p.get("overlong", 0) for p in parts),
+                                                   sum(len(p["env"]) for p in parts), curriculum.alpha))
         return steps
 
     def _generate_sharded(self, module, seeds: list[Task], success_rates: dict[str, float], sim_params, progress,
@@ -232,7 +237,7 @@ class GenEnvDataModule(L.LightningDataModule):
         n = min(self.cfg.seeds_per_epoch * self.cfg.num_generations_per_prompt, len(self.static_tasks))
         return [Task.from_dict(d) for d in self.rng.sample(self.static_tasks, k=n)]
 
-    def _build_steps(self, groups: list[Group], sim_samples: list[tuple[SeedBatch, Any]], agent_pad: int, sim_pad: int,
+    def _build_steps(self, groups: list[Group], sim_samples: list["SimSample"], agent_pad: int, sim_pad: int,
                      rng: random.Random | None = None):
         cfg = self.cfg
         rng = rng or self.rng
@@ -257,15 +262,15 @@ class GenEnvDataModule(L.LightningDataModule):
                                      [r.logprobs for r, _ in rows])
                 step["agent"]["advantages"] = torch.tensor([a for _, a in rows], dtype=torch.float32)
             if i < len(sim_chunks):
-                gens = [g for _, g in sim_chunks[i]]
+                gens = [s.generation for s in sim_chunks[i]]
                 step["sim"] = pack([g.prompt_ids for g in gens], [g.response_ids for g in gens], sim_pad,
                                    [g.logprobs for g in gens])
-                step["sim"]["r_env"] = torch.tensor([b.r_env for b, _ in sim_chunks[i]], dtype=torch.float32)
+                step["sim"]["r_env"] = torch.tensor([s.r_env for s in sim_chunks[i]], dtype=torch.float32)
             steps.append(step)
         return steps, zero / max(len(groups), 1)
 
     def _metrics(self, batches: list[SeedBatch], groups: list[Group], zero_std_frac: float, seconds: float,
-                 overlong: int = 0) -> dict[str, float]:
+                 overlong: int = 0, sim_samples: int = 0, alpha: float = 0.5) -> dict[str, float]:
         scored = [b for b in batches if b.p_hat is not None]
         n_gen = sum(len(b.generations) + b.invalid.get("overlong_prompt", 0) for b in batches)
         n_invalid = sum(sum(b.invalid.values()) for b in batches)
@@ -274,6 +279,7 @@ class GenEnvDataModule(L.LightningDataModule):
         tokens = sum(len(g.response_ids) for b in batches for g in b.generations)
         tokens += sum(len(r.response_ids) for g in groups for r in g.rollouts)
         mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+        task_p = [p for b in batches for p in b.task_p_hat if p is not None]
         reasons: dict[str, int] = {}
         for b in batches:
             for r, c in b.invalid.items():
@@ -284,6 +290,12 @@ class GenEnvDataModule(L.LightningDataModule):
             "coevo/success_rate": mean([b.p_hat for b in scored]) if not static else mean([float(x) for x in static]),
             "coevo/alpha_reward": mean([b.r_env for b in scored]),
             "coevo/in_band_frac": mean([float(b.in_band) for b in scored]),
+            # per generated task, from its own G rollouts (what difficulty_unit "task" scores)
+            "coevo/task_success_rate": mean(task_p),
+            "coevo/task_in_band_frac": mean([float(ok) for b in batches for p, ok in zip(b.task_p_hat, b.task_in_band)
+                                             if p is not None]),
+            "coevo/task_alpha_gap": mean([abs(p - alpha) for p in task_p]),
+            "coevo/sim_samples": float(sim_samples),
             "coevo/invalid_rate": n_invalid / max(n_gen, 1),
             "coevo/duplicate_rate": sum(b.duplicates for b in batches) / max(n_gen, 1),
             "coevo/difficulty": mean([t.difficulty for t in fresh]),
@@ -309,6 +321,30 @@ class GenEnvDataModule(L.LightningDataModule):
         self.static_tasks = state.get("static_tasks")
         self.tasks_seen = state.get("tasks_seen", 0)
         self.generated_through = state.get("generated_through", -1)
+
+
+@dataclass
+class SimSample:
+    """One simulator generation that enters the RWR update, with the difficulty score it earned."""
+
+    batch: SeedBatch
+    generation: Any
+    p_hat: float
+    r_env: float
+
+
+def _simulator_samples(batches: list[SeedBatch], unit: str) -> list[SimSample]:
+    """The in-band simulator generations of the epoch. "seed_batch" (the paper): every valid variation
+    of an in-band seed batch, scored by the batch's p_hat. "task": each variation in band by its own."""
+    if unit == "task":
+        return [SimSample(b, g, p, r) for b in batches
+                for g, p, r, ok in zip(b.task_generations, b.task_p_hat, b.task_r_env, b.task_in_band) if ok]
+    return [SimSample(b, g, b.p_hat, b.r_env) for b in batches if b.in_band for g in b.task_generations]
+
+
+def _index(tasks: list[Task], task: Task) -> int:
+    """Position of `task` (the very object) in its seed batch's task list."""
+    return next(i for i, t in enumerate(tasks) if t is task)
 
 
 def _lite(batches: list[SeedBatch], groups: list[Group]) -> tuple[list[SeedBatch], list[Group]]:

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from genenv_pl.curriculum import alpha_reward, in_band, rwr_weights, success_rate
+from genenv_pl.curriculum import alpha_reward, conditioning_slope, in_band, rwr_weights, success_rate
 
 
 @pytest.mark.parametrize(
@@ -66,3 +66,23 @@ def test_rwr_weights_order_and_empty():
     w = rwr_weights(torch.tensor([0.1, 0.5, 0.9]), 2.0)
     assert w[0] < w[1] < w[2]
     assert rwr_weights(torch.tensor([]), 1.0).numel() == 0
+
+
+@pytest.mark.parametrize(
+    "x, y, expected",
+    [
+        ([0, 1, 2, 3, 4], [0.0, 0.0, 0.0, 0.0, 0.0], 0.0),  # ignores the signal
+        ([0, 1, 2, 3, 4], [-2.0, -1.0, 0.0, 1.0, 2.0], 1.0),  # one level per bucket
+        ([0, 1, 2, 3, 4], [1.0, 0.5, 0.0, -0.5, -1.0], -0.5),
+        ([0, 1, 2, 3, 4], [0.0, float("nan"), 1.0, float("nan"), 2.0], 0.5),  # empty buckets are skipped
+        ([0, 1, 2], [0.0, 3.0, 0.0], 0.0),
+        ([0, 1], [1.0, 1.5], 0.5),
+    ],
+)
+def test_conditioning_slope_is_the_least_squares_slope(x, y, expected):
+    assert conditioning_slope(torch.tensor(x), torch.tensor(y)).item() == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("y", [[float("nan")] * 5, [1.0] + [float("nan")] * 4])
+def test_conditioning_slope_needs_two_points(y):
+    assert math.isnan(conditioning_slope(torch.arange(5), torch.tensor(y)).item())

@@ -7,11 +7,24 @@ tiny transformer in about a minute on a CPU.
 
 The simulator writes only the expression; the environment validates it and computes the
 answer itself, so a simulator cannot earn reward by writing wrong answers.
+
+Two choices decide whether the curriculum is something GenEnv has to earn here:
+- `sim_warm_start="format"` (default) teaches the from-scratch simulator only the output format:
+  variations at levels drawn uniformly, whatever success rate its prompt shows. Like the paper's
+  instruct-model simulator, it starts out knowing nothing about the agent, so difficulty alignment has
+  to come from reward-weighted regression. `"curriculum"` also teaches the rule itself (harder when
+  the agent succeeds, easier when it fails): a never-trained simulator is then already aligned, which
+  is useful only as a reference point.
+- `reward="exact"` (default) is binary, as the paper's tool-call rewards are and as the argument
+  for alpha = 0.5 assumes (the policy-gradient variance of a binary reward is proportional to
+  p (1 - p)). `"partial"` gives credit per answer digit: tasks far above the agent's exact-match
+  frontier then still carry GRPO signal, which blurs what the alpha band selects.
 """
 from __future__ import annotations
 
 import random
 import re
+from typing import Literal
 
 from genenv_pl.envs.base import Environment, InvalidTask, Message, Task
 
@@ -36,7 +49,9 @@ class ArithmeticEnv(Environment):
         seeds_per_level: int = 8,
         eval_per_level: int = 100,
         warm_start_levels: list[int] | None = None,
+        sim_warm_start: Literal["format", "curriculum"] = "format",
         warm_start_noise: float = 0.3,
+        reward: Literal["exact", "partial"] = "exact",
         split_seed: int = 0,
     ):
         """
@@ -47,8 +62,14 @@ class ArithmeticEnv(Environment):
             eval_per_level: held-out tasks per level 1..max_level (fixed, never trained on).
             warm_start_levels: levels the agent's supervised warm start covers (default 1..3);
                 the levels above are what co-evolution has to teach.
-            warm_start_noise: fraction of simulator warm-start targets at a random level instead
-                of the success-driven shift, so the simulator starts out able to write any level.
+            sim_warm_start: what the simulator's supervised warm start teaches. "format": valid
+                variations at a level drawn uniformly from 1..max_level, independent of the success
+                rate in the prompt (the simulator must learn difficulty alignment). "curriculum":
+                a level shifted by the success bucket (harder after success, easier after failure).
+            warm_start_noise: "curriculum" only: fraction of targets at a random level instead of
+                the success-driven shift, so the simulator starts out able to write any level.
+            reward: the agent's reward. "exact": 1 for the exact answer, else 0 (the paper's kind).
+                "partial": the fraction of answer digits right, position by position.
             split_seed: seeds the generation of seed and evaluation tasks.
         """
         self.max_level = max_level
@@ -56,7 +77,13 @@ class ArithmeticEnv(Environment):
         self.seeds_per_level = seeds_per_level
         self.eval_per_level = eval_per_level
         self.warm_start_levels = warm_start_levels or [1, 2, 3]
+        if sim_warm_start not in ("format", "curriculum"):
+            raise ValueError(f"sim_warm_start must be 'format' or 'curriculum', got {sim_warm_start!r}")
+        if reward not in ("exact", "partial"):
+            raise ValueError(f"reward must be 'exact' or 'partial', got {reward!r}")
+        self.sim_warm_start = sim_warm_start
         self.warm_start_noise = warm_start_noise
+        self.reward_mode = reward
         self.split_seed = split_seed
         self._eval = self._make_tasks("eval", range(1, max_level + 1), eval_per_level, split_seed + 1)
         eval_keys = {self.task_key(t) for t in self._eval}
@@ -135,10 +162,11 @@ class ArithmeticEnv(Environment):
         return [{"role": "user", "content": f"{self.expression(task)}="}]
 
     def reward(self, task: Task, response: str) -> float:
-        """Fraction of answer digits right, position by position (success = all of them).
-
-        Partial credit gives GRPO signal in groups where no rollout is exactly right."""
+        """"exact": 1.0 for the exact answer, else 0.0. "partial": the fraction of answer digits
+        right, position by position (success = all of them)."""
         gold, got = self.answer(task), response.strip()
+        if self.reward_mode == "exact":
+            return float(got == gold)
         if not got:
             return 0.0
         hits = sum(g == r for g, r in zip(gold, got))
@@ -150,6 +178,10 @@ class ArithmeticEnv(Environment):
 
     # ---- warm start (from-scratch models) ----------------------------------------------
     def warm_start_examples(self, role: str, n: int, seed: int) -> list[tuple[list[Message], str]]:
+        return self._warm_start_examples(role, n, seed, self.sim_warm_start, self.warm_start_noise)
+
+    def _warm_start_examples(self, role: str, n: int, seed: int, sim_mode: str,
+                             noise: float) -> list[tuple[list[Message], str]]:
         rng = random.Random(seed)
         out = []
         for i in range(n):
@@ -161,7 +193,7 @@ class ArithmeticEnv(Environment):
             elif role == "simulator":
                 seed_task = self._random_task(rng, rng.randint(1, self.max_level), f"ws{i}")
                 bucket = rng.randint(0, 4)
-                if rng.random() < self.warm_start_noise:
+                if sim_mode == "format" or rng.random() < noise:
                     level = rng.randint(1, self.max_level)
                 else:  # agent succeeds -> harder; fails -> easier
                     shift = {0: -2, 1: -1, 2: 0, 3: 1, 4: 2}[bucket]
@@ -175,5 +207,9 @@ class ArithmeticEnv(Environment):
         return out
 
     def tokenizer_corpus(self) -> list[str]:
-        pairs = self.warm_start_examples("simulator", 300, seed=123) + self.warm_start_examples("agent", 300, seed=321)
+        # Fixed, whatever the warm-start options: every variant shares one tokenizer (and so one agent).
+        # The BPE merges decide whether digits stay aligned (a corpus rich in zero padding merges "000"
+        # runs, and the agent's warm start then fails), so this is the corpus the recipe was tuned on.
+        pairs = (self._warm_start_examples("simulator", 300, 123, "curriculum", 0.3)
+                 + self._warm_start_examples("agent", 300, 321, "curriculum", 0.3))
         return [m[0]["content"] + target for m, target in pairs]

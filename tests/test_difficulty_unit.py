@@ -1,0 +1,127 @@
+"""Difficulty per seed batch (the paper) or per generated task (`data.coevo.difficulty_unit`), and
+the probe of the simulator's learned conditioning on the success signal."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from callbacks.alpha_curriculum import AlphaCurriculumCallback
+from callbacks.conditioning import probe_conditioning
+from genenv_pl.backends.base import Generation
+from genenv_pl.coevo import SeedBatch
+from genenv_pl.datamodule import _simulator_samples
+from genenv_pl.envs import make_env
+from genenv_pl.envs.base import Task
+from test_fit import _fit
+
+ENV = make_env("arithmetic", seeds_per_level=2, eval_per_level=10)
+
+
+def _gen(text: str) -> Generation:
+    return Generation(prompt_ids=[1], response_ids=[2], text=text, logprobs=[-1.0], finished=True)
+
+
+def _batch(task_successes: list[list[bool]]) -> SeedBatch:
+    """A seed batch of len(task_successes) valid tasks with the given rollout successes each."""
+    seed = ENV.seed_tasks()[0]
+    b = SeedBatch(seed=seed, prompt="p", generations=[])
+    for i, succ in enumerate(task_successes):
+        b.tasks.append(Task(id=f"t{i}", data={"i": i}))
+        b.task_generations.append(_gen(f"g{i}"))
+        b.successes.extend(succ)
+    b.task_p_hat = [sum(s) / len(s) for s in task_successes]
+    b.p_hat = sum(b.successes) / len(b.successes)
+    return b
+
+
+# One trivial and one impossible variation (batch p_hat 0.5), and a batch of two tasks near alpha.
+BIMODAL = [[True] * 4, [False] * 4]
+NEAR = [[True, True, False, False], [True, False, False, False]]
+
+
+def test_per_task_scores_on_a_hand_made_batch():
+    cb = AlphaCurriculumCallback(alpha=0.5, beta=2.0, filtering_k=0.1)
+    bimodal, near = _batch(BIMODAL), _batch(NEAR)
+    cb.score([bimodal, near])
+    # per batch: p_hat over all K_valid * G rollouts
+    assert bimodal.p_hat == 0.5 and bimodal.r_env == pytest.approx(1.0) and bimodal.in_band
+    assert near.p_hat == 0.375 and near.r_env == pytest.approx(math.exp(-2 * 0.125**2)) and not near.in_band
+    # per task: each task's own G rollouts
+    assert bimodal.task_p_hat == [1.0, 0.0]
+    assert bimodal.task_r_env == pytest.approx([math.exp(-0.5), math.exp(-0.5)]) and bimodal.task_in_band == [False, False]
+    assert near.task_p_hat == [0.5, 0.25]
+    assert near.task_r_env == pytest.approx([1.0, math.exp(-2 * 0.0625)]) and near.task_in_band == [True, False]
+
+
+def test_the_unit_decides_which_generations_train_the_simulator():
+    cb = AlphaCurriculumCallback(alpha=0.5, beta=2.0, filtering_k=0.1)
+    bimodal, near = _batch(BIMODAL), _batch(NEAR)
+    cb.score([bimodal, near])
+    per_batch = _simulator_samples([bimodal, near], "seed_batch")
+    assert [s.generation.text for s in per_batch] == ["g0", "g1"]  # the whole bimodal batch, with its R_env
+    assert [(s.p_hat, s.r_env) for s in per_batch] == [(0.5, pytest.approx(1.0))] * 2
+    per_task = _simulator_samples([bimodal, near], "task")
+    assert [s.generation.text for s in per_task] == ["g0"] and per_task[0].batch is near
+    assert (per_task[0].p_hat, per_task[0].r_env) == (0.5, pytest.approx(1.0))
+
+
+def test_a_task_without_rollouts_is_not_scored():
+    b = _batch(NEAR)
+    b.task_p_hat[1] = None  # e.g. its prompt was over max_seq_len
+    AlphaCurriculumCallback(filtering_k=0.5).score([b])
+    assert b.task_r_env[1] is None and b.task_in_band == [True, False]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("model-cache")
+
+
+def test_per_task_fit_trains_the_simulator_on_its_in_band_tasks_only(tmp_path, cache):
+    cli = _fit(tmp_path, cache, 2, "--data.coevo.difficulty_unit", "task", curriculum={"alpha": 0.5, "filtering_k": 0.3})
+    dm = cli.datamodule
+    stats = dm.last_round
+    fresh = [g for g in stats.groups if g.source == "fresh"]
+    assert fresh
+    for g in fresh:  # each task's p_hat comes from its own G rollouts
+        b = stats.batches[g.seed_index]
+        i = next(i for i, t in enumerate(b.tasks) if t is g.task)
+        assert b.task_p_hat[i] == pytest.approx(sum(g.successes) / len(g.successes))
+        assert b.task_in_band[i] == (abs(b.task_p_hat[i] - 0.5) <= 0.3 + 1e-6)
+    expected = sorted(g.text for b in stats.batches for g, ok in zip(b.task_generations, b.task_in_band) if ok)
+    last = [e for e in dm.pools.env if e["epoch"] == stats.epoch]
+    assert sorted(e["text"] for e in last) == expected  # D_env holds exactly this epoch's in-band tasks
+    assert all(abs(e["p_hat"] - 0.5) <= 0.3 + 1e-6 for e in last)
+    assert stats.metrics["coevo/sim_samples"] == len(expected)
+    assert 0.0 <= stats.metrics["coevo/task_alpha_gap"] <= 0.5
+
+
+class _RuleSimulator:
+    """A hand-made simulator with a known conditioning: it writes a task `shift` levels from the seed per
+    success bucket above the middle (bucket 4: +2 * shift), plus one unparseable output per prompt."""
+
+    def __init__(self, shift: int):
+        self.shift = shift
+
+    def __call__(self, messages):
+        outs = []
+        for m in messages:
+            content = m[0]["content"]
+            bucket = int(content.rsplit(";p", 1)[1].rstrip(":"))
+            seed_level = max(len(str(int(x[::-1]))) for x in content.split("=")[0].split("+"))
+            level = seed_level + self.shift * (bucket - 2)
+            a = "7" * level  # 77..7 + 1: level digits, never a held-out copy (eval operands are random)
+            outs.append([a[::-1].ljust(6, "0") + "+100000", "not a task"])
+        return outs
+
+
+@pytest.mark.parametrize("shift, slope", [(0, 0.0), (1, 1.0)])
+def test_conditioning_probe_measures_a_known_slope(shift, slope):
+    env = make_env("arithmetic", eval_per_level=10)
+    seeds = [t for t in env.seed_tasks() if t.difficulty == 3][:4]  # level 3: 3 +- 2 stays inside 1..6
+    m = probe_conditioning(env, _RuleSimulator(shift), seeds, [0.0, 0.25, 0.5, 0.75, 1.0])
+    assert m["sim/conditioning_slope"] == pytest.approx(slope)
+    assert [m[f"sim/delta_level_bucket{b}"] for b in range(5)] == pytest.approx([shift * (b - 2) for b in range(5)])
+    assert m["sim/probe_valid_frac"] == pytest.approx(0.5)
