@@ -124,7 +124,7 @@ def _tiny_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str)
     tokenizer = _tiny_tokenizer(env, cfg.tiny, cache_dir)
     key = _digest([role, env.name, asdict(cfg.tiny), asdict(cfg.warm_start), cfg.seed, cfg.dtype,
                    env.warm_start_examples(role, 64, seed=cfg.warm_start.seed) if cfg.warm_start.steps else None,
-                   len(tokenizer)])
+                   sorted(tokenizer.get_vocab().items())])  # the tokens themselves: a new tokenizer is a new model
     path = os.path.join(cache_dir, f"{role}-{env.name}-{key}")
     if os.path.isdir(path):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, cfg.dtype))
