@@ -6,7 +6,7 @@ epoch), over several seeds; an arm differs from `genenv` only in the keys it nam
 accuracy is read from TensorBoard against the agent training tasks consumed (`agent/tasks_seen`).
 
     pip install -e ".[bench]"
-    python bench/data_efficiency.py                                     # the 5 main arms x 5 seeds
+    python bench/data_efficiency.py                                     # the 6 main arms x 5 seeds
     python bench/data_efficiency.py --arms genenv genenv-task --seeds 0 1 2 3 4   # one lever
     python bench/data_efficiency.py --jobs 2                            # two runs at a time (1 thread each)
     python bench/data_efficiency.py --report-only                       # tables from the finished runs only
@@ -55,7 +55,7 @@ ARMS: dict[str, dict] = {
     "genenv-simlr1e-3": {"model.simulator_optimizer.init_args.lr": 1.0e-3},
     "genenv-simkl0.01": {"model.rwr.kl_coef": 0.01},
 }
-MAIN_ARMS = ["genenv", "genenv-random", "static", "no-band", "genenv-rule-warmstart"]
+MAIN_ARMS = ["genenv", "genenv-random", "static", "no-band", "genenv-rule-warmstart", "genenv-task"]
 
 
 def _set(d: dict, dotted: str, value) -> None:
@@ -232,10 +232,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arms", nargs="+", default=MAIN_ARMS, choices=sorted(ARMS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    p.add_argument("--epochs", type=int, default=300)
-    p.add_argument("--val-every", type=int, default=25)
-    p.add_argument("--probe-every", type=int, default=25)
-    p.add_argument("--target-gain", type=float, default=0.05, help="target = starting held-out accuracy + this")
+    p.add_argument("--epochs", type=int, default=150)
+    p.add_argument("--val-every", type=int, default=10)
+    p.add_argument("--probe-every", type=int, default=10)
+    p.add_argument("--target-gain", type=float, default=0.15, help="target = starting held-out accuracy + this")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (threads are split between them)")
     p.add_argument("--out", default=str(REPO / "bench" / "out" / "data_efficiency"))
     p.add_argument("--results", default=str(REPO / "bench" / "results"), help="folder for the tables and plots")
