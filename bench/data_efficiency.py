@@ -7,7 +7,7 @@ accuracy is read from TensorBoard against the agent training tasks consumed (`ag
 
     pip install -e ".[bench]"
     python bench/data_efficiency.py                                     # the 6 main arms x 5 seeds
-    python bench/data_efficiency.py --arms genenv genenv-task --seeds 0 1 2 3 4   # one lever
+    python bench/data_efficiency.py --arms genenv-partial genenv-random-partial --seeds 0 1 2 --name levers  # levers
     python bench/data_efficiency.py --jobs 2                            # two runs at a time (1 thread each)
     python bench/data_efficiency.py --report-only                       # tables from the finished runs only
 
@@ -50,6 +50,9 @@ ARMS: dict[str, dict] = {
     "genenv-batch": {"data.coevo.difficulty_unit": "seed_batch"},
     "genenv-partial": {"data.env_args.reward": "partial"},
     "genenv-random-partial": {"data.env_args.reward": "partial", "data.coevo.variant": "genenv-random"},
+    "genenv-task-k0.25": {"data.coevo.difficulty_unit": "task", "callback.filtering_k": 0.25},
+    "genenv-G8": {"data.coevo.group_size": 8},
+    "genenv-random-G8": {"data.coevo.group_size": 8, "data.coevo.variant": "genenv-random"},
     "genenv-beta20": {"callback.beta": 20.0},
     "genenv-k0.2": {"callback.filtering_k": 0.2},
     "genenv-simlr1e-3": {"model.simulator_optimizer.init_args.lr": 1.0e-3},

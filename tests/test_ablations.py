@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_fit import _fit
+from test_fit import _fit, _tags
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +61,29 @@ def test_tasks_seen_counts_every_rolled_out_training_task(tmp_path, cache):
     cli = _fit(tmp_path, cache, 2)
     dm = cli.datamodule
     assert dm.tasks_seen > 0 and dm.last_round.metrics["agent/tasks_seen"] == dm.tasks_seen
+
+
+def test_per_task_fit_trains_the_simulator_on_its_in_band_tasks_only(tmp_path, cache):
+    probe = {"class_path": "callbacks.SimulatorConditioningCallback", "init_args": {"every_n_epochs": 1, "num_probe_seeds": 3,
+                                                                                  "samples_per_prompt": 2}}
+    cli = _fit(tmp_path, cache, 2, "--data.coevo.difficulty_unit", "task", curriculum={"alpha": 0.0, "filtering_k": 0.1},
+               extra_callbacks=[probe])  # alpha 0: the band holds the tasks the barely warm-started agent never solves
+    dm = cli.datamodule
+    stats = dm.last_round
+    fresh = [g for g in stats.groups if g.source == "fresh"]
+    assert fresh
+    for g in fresh:  # each task's p_hat comes from its own G rollouts
+        b = stats.batches[g.seed_index]
+        i = next(i for i, t in enumerate(b.tasks) if t is g.task)
+        assert b.task_p_hat[i] == pytest.approx(sum(g.successes) / len(g.successes))
+        assert b.task_in_band[i] == (b.task_p_hat[i] <= 0.1 + 1e-6)
+    expected = sorted(g.text for b in stats.batches for g, ok in zip(b.task_generations, b.task_in_band) if ok)
+    assert expected  # some tasks in band, so the simulator update is exercised
+    last = [e for e in dm.pools.env if e["epoch"] == stats.epoch]
+    assert sorted(e["text"] for e in last) == expected  # D_env holds exactly this epoch's in-band tasks
+    assert all(e["p_hat"] <= 0.1 + 1e-6 for e in last)
+    assert stats.metrics["coevo/sim_samples"] == len(expected)
+    assert 0.0 <= stats.metrics["coevo/task_alpha_gap"] <= 1.0
+    # the conditioning probe logged its tags before training and after each epoch
+    tags = _tags(tmp_path / "runs")
+    assert {"sim/conditioning_slope", "sim/probe_valid_frac", *(f"sim/delta_level_bucket{b}" for b in range(5))} <= tags

@@ -1,10 +1,9 @@
 """Difficulty per seed batch (the paper) or per generated task (`data.coevo.difficulty_unit`), and
-the probe of the simulator's learned conditioning on the success signal."""
+the probe of the simulator's learned conditioning on the success signal. (A real fit with per-task
+scoring and the probe: tests/test_ablations.py.)"""
 from __future__ import annotations
 
 import math
-from pathlib import Path
-
 import pytest
 
 from callbacks.alpha_curriculum import AlphaCurriculumCallback
@@ -14,7 +13,6 @@ from genenv_pl.coevo import SeedBatch
 from genenv_pl.datamodule import _simulator_samples
 from genenv_pl.envs import make_env
 from genenv_pl.envs.base import Task
-from test_fit import _fit
 
 ENV = make_env("arithmetic", seeds_per_level=2, eval_per_level=10)
 
@@ -72,30 +70,6 @@ def test_a_task_without_rollouts_is_not_scored():
     b.task_p_hat[1] = None  # e.g. its prompt was over max_seq_len
     AlphaCurriculumCallback(filtering_k=0.5).score([b])
     assert b.task_r_env[1] is None and b.task_in_band == [True, False]
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("model-cache")
-
-
-def test_per_task_fit_trains_the_simulator_on_its_in_band_tasks_only(tmp_path, cache):
-    cli = _fit(tmp_path, cache, 2, "--data.coevo.difficulty_unit", "task", curriculum={"alpha": 0.5, "filtering_k": 0.3})
-    dm = cli.datamodule
-    stats = dm.last_round
-    fresh = [g for g in stats.groups if g.source == "fresh"]
-    assert fresh
-    for g in fresh:  # each task's p_hat comes from its own G rollouts
-        b = stats.batches[g.seed_index]
-        i = next(i for i, t in enumerate(b.tasks) if t is g.task)
-        assert b.task_p_hat[i] == pytest.approx(sum(g.successes) / len(g.successes))
-        assert b.task_in_band[i] == (abs(b.task_p_hat[i] - 0.5) <= 0.3 + 1e-6)
-    expected = sorted(g.text for b in stats.batches for g, ok in zip(b.task_generations, b.task_in_band) if ok)
-    last = [e for e in dm.pools.env if e["epoch"] == stats.epoch]
-    assert sorted(e["text"] for e in last) == expected  # D_env holds exactly this epoch's in-band tasks
-    assert all(abs(e["p_hat"] - 0.5) <= 0.3 + 1e-6 for e in last)
-    assert stats.metrics["coevo/sim_samples"] == len(expected)
-    assert 0.0 <= stats.metrics["coevo/task_alpha_gap"] <= 0.5
 
 
 class _RuleSimulator:
