@@ -54,9 +54,12 @@ ARMS: dict[str, dict] = {
     "genenv-G8": {"data.coevo.group_size": 8},
     "genenv-random-G8": {"data.coevo.group_size": 8, "data.coevo.variant": "genenv-random"},
     "genenv-beta20": {"callback.beta": 20.0},
+    "genenv-alpha0.3": {"callback.alpha": 0.3},  # the alpha sweep; its alpha gap is measured against its own alpha
+    "genenv-alpha0.7": {"callback.alpha": 0.7},
     "genenv-k0.2": {"callback.filtering_k": 0.2},
     "genenv-simlr1e-3": {"model.simulator_optimizer.init_args.lr": 1.0e-3},
     "genenv-simkl0.01": {"model.rwr.kl_coef": 0.01},
+    "genenv-ema0": {"data.coevo.success_ema": 0.0},  # the simulator sees the seed's latest p_hat, not an average
 }
 MAIN_ARMS = ["genenv", "genenv-random", "static", "no-band", "genenv-rule-warmstart", "genenv-task"]
 
@@ -263,10 +266,9 @@ def main() -> None:
     logs = {(a, s): scalars(out / "runs" / f"{a}_s{s}") for a, s in finished}
     start = statistics.mean(v["val/accuracy"][0][1] for v in logs.values())
     target = round(start + args.target_gain, 3)
-    alpha = 0.5
     data: dict[str, dict[int, dict]] = {}
     for (arm, seed), s in logs.items():
-        data.setdefault(arm, {})[seed] = run_summary(s, target, alpha)
+        data.setdefault(arm, {})[seed] = run_summary(s, target, ARMS[arm].get("callback.alpha", 0.5))
     budget = statistics.mean(v["agent/tasks_seen"][-1][1] for v in logs.values())
     table, js = report(data, target, args, budget)
     missing = [f"{a}_s{s}" for a, s in todo if (a, s) not in logs]
@@ -354,10 +356,11 @@ def plot_conditioning(series: dict[str, list[dict]], path: Path) -> None:
             ax.plot(buckets, ys, marker="o", ms=3, color=cmap(j / max(1, len(picks) - 1)), label=f"epoch {epoch}")
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_title(arm, fontsize=9)
-        ax.set_xlabel("success bucket shown (0 = fails, 4 = solves)")
+        ax.set_xlabel("success bucket shown")
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("difficulty written - seed's (levels)")
-    fig.suptitle("Learned conditioning of the simulator on the agent's success (probe set, mean over seeds)")
+    fig.suptitle("Learned conditioning: level written minus the seed's, per success bucket shown "
+                 "(0 = agent fails, 4 = solves); probe set, mean over seeds")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
