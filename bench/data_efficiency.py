@@ -11,8 +11,9 @@ accuracy is read from TensorBoard against the agent training tasks consumed (`ag
     python bench/data_efficiency.py --jobs 2                            # two runs at a time (1 thread each)
     python bench/data_efficiency.py --report-only                       # tables from the finished runs only
 
-Resumable: a finished run leaves `<out>/<run>.done` and is reused; an unfinished one is started
-again from scratch. Writes bench/results/data_efficiency.{md,json}, data_efficiency.png (held-out
+Resumable across sittings: a finished run's scalars are kept as `bench/results/<out folder>_runs/<run>.json`
+(committed with the results; the TensorBoard logs in `<out>` are not) and the run is never trained
+again; an unfinished run is started again from scratch. Writes bench/results/data_efficiency.{md,json}, data_efficiency.png (held-out
 accuracy against tasks), calibration.png (success on generated tasks, the paper's figure) and
 conditioning.png (difficulty change against the success bucket shown to the simulator).
 """
@@ -97,12 +98,31 @@ def override(arm: str, seed: int, out: Path, args) -> dict:
     return cfg
 
 
-def train(out: Path, arm: str, seed: int, args, threads: int) -> Path:
-    """One fit in a subprocess (a clean process per run: no state leaks between arms)."""
+# The scalars a report needs; a finished run keeps only these (per-bucket tags are added by prefix).
+KEPT_TAGS = ["val/accuracy", "agent/tasks_seen", "coevo/success_rate", "coevo/difficulty", "coevo/task_alpha_gap",
+             "agent/zero_std_frac", "sim/conditioning_slope", "sim/probe_epoch"]
+
+
+def kept_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    s = scalars(log_dir)
+    return {t: v for t, v in s.items() if t in KEPT_TAGS or t.startswith(("sim/delta_level_bucket", "val/accuracy_level"))}
+
+
+def run_file(args, arm: str, seed: int) -> Path:
+    """Named after the runs folder (not the report): reports over other arm sets share finished runs."""
+    return Path(args.results) / f"{Path(args.out).name}_runs" / f"{arm}_s{seed}.json"
+
+
+def train(out: Path, arm: str, seed: int, args, threads: int) -> None:
+    """One fit in a subprocess (a clean process per run: no state leaks between arms); its scalars
+    are then kept in the run file, which marks it finished."""
     name = f"{arm}_s{seed}"
-    log_dir, done = out / "runs" / name, out / f"{name}.done"
-    if done.exists() and not args.rerun:
-        return log_dir
+    log_dir, done, kept = out / "runs" / name, out / f"{name}.done", run_file(args, arm, seed)
+    if kept.exists() and not args.rerun:
+        return
+    if done.exists() and not args.rerun:  # finished before run files existed: keep its scalars
+        keep(kept, log_dir, arm, seed, args)
+        return
     shutil.rmtree(log_dir, ignore_errors=True)  # an unfinished run starts again from scratch
     cfg = out / f"{name}.yaml"
     cfg.write_text(yaml.safe_dump(override(arm, seed, out, args)))
@@ -114,8 +134,16 @@ def train(out: Path, arm: str, seed: int, args, threads: int) -> Path:
     if rc:
         raise SystemExit(f"{name} failed (exit {rc}); see {out / f'{name}.log'}")
     done.write_text(f"{time.time() - t0:.0f}\n")
+    keep(kept, log_dir, arm, seed, args)
     print(f"  {name}: {time.time() - t0:.0f} s", flush=True)
-    return log_dir
+
+
+def keep(path: Path, log_dir: Path, arm: str, seed: int, args) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"arm": arm, "seed": seed, "overrides": ARMS[arm], "epochs": args.epochs, "scalars": kept_scalars(log_dir)}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(path)  # atomic: a killed study never leaves half a run file
 
 
 def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -260,10 +288,14 @@ def main() -> None:
         with ThreadPoolExecutor(args.jobs) as pool:
             list(pool.map(lambda a: train(out, a[0], a[1], args, threads), todo))
         print(f"trained/loaded {len(todo)} runs in {time.time() - t0:.0f} s")
-    finished = [(a, s) for a, s in todo if (out / f"{a}_s{s}.done").exists()]
+    for a, s in todo:  # finished runs from before run files existed
+        if not run_file(args, a, s).exists() and (out / f"{a}_s{s}.done").exists():
+            keep(run_file(args, a, s), out / "runs" / f"{a}_s{s}", a, s, args)
+    finished = [(a, s) for a, s in todo if run_file(args, a, s).exists()]
     if not finished:
         raise SystemExit("no finished runs to report")
-    logs = {(a, s): scalars(out / "runs" / f"{a}_s{s}") for a, s in finished}
+    logs = {(a, s): {t: [tuple(x) for x in v] for t, v in json.loads(run_file(args, a, s).read_text())["scalars"].items()}
+            for a, s in finished}
     start = statistics.mean(v["val/accuracy"][0][1] for v in logs.values())
     target = round(start + args.target_gain, 3)
     data: dict[str, dict[int, dict]] = {}
