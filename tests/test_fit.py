@@ -135,12 +135,19 @@ def test_one_agent_update_changes_log_probs_of_its_own_rollouts(tmp_path, cache)
     from genenv_pl.datamodule import GenEnvDataModule
     from genenv_pl.module import GenEnvModule
 
+    # Per-digit partial credit: the barely warm-started agent rarely answers exactly, and a batch needs
+    # rollouts with advantages of both signs for the check below.
+    partial = tmp_path / "partial.yaml"
+    partial.write_text(yaml.safe_dump({"data": {"env_args": {"eval_per_level": 10, "seeds_per_level": 2, "reward": "partial"}}}))
     cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, run=False,
-                    args=["--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp_path, cache, 1)])
+                    args=["--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp_path, cache, 1),
+                          "--config", str(partial)])
+    assert cli.datamodule.env.reward_mode == "partial"
     cli.trainer.callbacks.append(recorder)
     cli.trainer.fit(cli.model, cli.datamodule)
     assert recorder.records
     before, after, adv = recorder.records[0]
+    assert (adv > 0).any() and (adv < 0).any()
     assert not torch.allclose(before, after)
     # GRPO moves probability towards rollouts with positive advantage and away from negative ones.
     assert (after - before)[adv > 0].mean() > (after - before)[adv < 0].mean()
