@@ -223,7 +223,8 @@ def _fmt(xs: list, digits: int = 3) -> str:
 
 
 def report(data: dict[str, dict[int, dict]], target: float, args, budget: float) -> tuple[str, dict]:
-    js: dict = {"target": target, "budget_tasks": budget, "epochs": args.epochs, "val_every": args.val_every,
+    js: dict = {"target": target, "budget": budget, "budget_unit": "agent training tasks (mean over runs)",
+                "epochs": args.epochs, "val_every": args.val_every,
                 "arms": {arm: ARMS[arm] for arm in data}, "variants": {}}
     lines = [
         f"Held-out accuracy target {target:.3f} (starting agent + {args.target_gain:g}); {args.epochs} epochs "
