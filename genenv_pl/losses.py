@@ -41,9 +41,12 @@ def clipped_surrogate(logp: Tensor, logp_old: Tensor, advantages: Tensor, mask: 
     return -masked_mean(torch.minimum(unclipped, clipped), mask)
 
 
-def low_var_kl(logp: Tensor, logp_ref: Tensor, clamp: float = 10.0) -> Tensor:
-    """k3 estimator of KL(pi || pi_ref) per token: exp(d) - d - 1 with d = logp_ref - logp (>= 0)."""
-    d = logp_ref - logp
+def low_var_kl(logp: Tensor, logp_ref: Tensor, clamp: float = 10.0, d_clamp: float = 20.0) -> Tensor:
+    """k3 estimator of KL(pi || pi_ref) per token: exp(d) - d - 1 with d = logp_ref - logp (>= 0).
+
+    As in the reference trainer family, d is clamped to [-20, 20] *before* exp: clamping only the result
+    leaves exp(d) = inf for d above ~88 in fp32, whose backward is 0 * inf = NaN."""
+    d = torch.clamp(logp_ref - logp, min=-d_clamp, max=d_clamp)
     return torch.clamp(torch.exp(d) - d - 1.0, min=-clamp, max=clamp)
 
 
@@ -77,9 +80,18 @@ def grpo_loss(
     pg = clipped_surrogate(logp, logp_old, advantages, mask, clip_eps)
     kl = masked_mean(low_var_kl(logp, logp_ref), mask) if logp_ref is not None else torch.zeros_like(pg)
     ent = masked_mean(entropy, mask)
-    ratio = torch.exp(logp - logp_old)
-    clip_frac = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), mask)
+    clip_frac = masked_mean(clip_active(logp, logp_old, advantages, clip_eps).float(), mask)
     return GRPOTerms(pg + kl_coef * kl - entropy_coef * ent, pg, kl, ent, clip_frac.detach())
+
+
+def clip_active(logp: Tensor, logp_old: Tensor, advantages: Tensor, clip_eps: float = 0.2) -> Tensor:
+    """Tokens where the clipped term is the one min() takes (and so carries no gradient): ratio above
+    1 + eps with a positive advantage, or below 1 - eps with a negative one. A ratio outside the
+    interval on the other side of the advantage is not clipped."""
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    ratio = torch.exp(logp - logp_old)
+    return ((ratio > 1.0 + clip_eps) & (advantages > 0)) | ((ratio < 1.0 - clip_eps) & (advantages < 0))
 
 
 def sequence_nll(logp: Tensor, mask: Tensor) -> Tensor:

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from genenv_pl.losses import (clipped_surrogate, entropy_from_logits, group_advantages, grpo_loss, low_var_kl,
+from genenv_pl.losses import (clip_active, clipped_surrogate, entropy_from_logits, group_advantages, grpo_loss, low_var_kl,
                               masked_mean, rwr_loss, sequence_nll)
 
 
@@ -115,3 +115,38 @@ def test_rwr_loss_weighted_nll(weights, expected):
     assert t.loss.item() == pytest.approx(expected)
     t2 = rwr_loss(logp, logp - 1.0, torch.tensor(weights), mask, kl_coef=0.5)
     assert t2.kl.item() > 0 and t2.loss.item() > t.loss.item()
+
+
+@pytest.mark.parametrize("d", [100.0, -100.0, 90.0, 1000.0])
+def test_low_var_kl_is_finite_forward_and_backward_at_extreme_log_ratios(d):
+    # Clamping only exp(d) - d - 1 left exp(100) = inf in the graph: backward gave 0 * inf = NaN.
+    logp = torch.zeros(3, requires_grad=True)
+    kl = low_var_kl(logp, torch.full((3,), d))
+    kl.sum().backward()
+    assert torch.isfinite(kl).all() and 0.0 <= kl.min() and kl.max() <= 10.0
+    assert torch.isfinite(logp.grad).all()
+
+
+@pytest.mark.parametrize(
+    "ratio, adv, active",
+    [
+        (1.5, 1.0, True),  # above 1 + eps, positive advantage: the clipped term is taken
+        (1.5, -1.0, False),  # above 1 + eps, negative advantage: min() takes the unclipped term
+        (0.5, -1.0, True),
+        (0.5, 1.0, False),
+        (1.1, 1.0, False),  # inside the interval
+        (0.9, -1.0, False),
+        (1.5, 0.0, False),  # no advantage, nothing to clip
+    ],
+)
+def test_clip_frac_counts_only_tokens_where_the_clip_is_active(ratio, adv, active):
+    logp_old = torch.zeros(1, 1)
+    logp = torch.log(torch.tensor([[ratio]]))
+    mask = torch.ones(1, 1)
+    assert bool(clip_active(logp, logp_old, torch.tensor([adv]), 0.2)[0, 0]) is active
+    t = grpo_loss(logp, logp_old, None, torch.zeros(1, 1), torch.tensor([adv]), mask, clip_eps=0.2)
+    assert t.clip_frac.item() == float(active)
+    # and the clipped term is exactly where the surrogate has no gradient
+    lp = logp.clone().requires_grad_(True)
+    clipped_surrogate(lp, logp_old, torch.tensor([adv]), mask, 0.2).backward()
+    assert (lp.grad.abs().item() == 0.0) is (active or adv == 0.0)
