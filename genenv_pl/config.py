@@ -15,7 +15,7 @@ class GRPOConfig:
     kl_coef: float = 0.001  # low_var_kl (k3) to the frozen initial agent; 0 drops the reference model
     entropy_coef: float = 0.001
     grad_clip: float = 1.0
-    adv_eps: float = 1e-6
+    adv_eps: float = 1e-6  # A_i = (r_i - mean) / (std + adv_eps) within each group of G rollouts
     warmup_updates: int = 0  # linear lr warm-up over the first agent updates (Adam's first steps are large)
 
 

@@ -174,7 +174,7 @@ class GenEnvDataModule(L.LightningDataModule):
                 new.add_env(epoch, s.batch.seed.id, s.batch.prompt, s.generation.text, s.p_hat, s.r_env)
 
             steps, zero_std_frac = self._build_steps(groups, sim_samples, module.agent.pad_id, module.simulator.pad_id,
-                                                     step_rng)
+                                                     step_rng, adv_eps=module.grpo.adv_eps)
             shown_batches, shown_groups = _lite(batches, groups) if sync.distributed else (batches, groups)
             mine = {"rates": rates, "train": new.train, "env": new.env, "batches": shown_batches, "groups": shown_groups,
                     "zero_std": round(zero_std_frac * max(len(groups), 1)), "steps": len(steps), "seconds": gen_seconds,
@@ -238,12 +238,14 @@ class GenEnvDataModule(L.LightningDataModule):
         return [Task.from_dict(d) for d in self.rng.sample(self.static_tasks, k=n)]
 
     def _build_steps(self, groups: list[Group], sim_samples: list["SimSample"], agent_pad: int, sim_pad: int,
-                     rng: random.Random | None = None):
+                     rng: random.Random | None = None, adv_eps: float = 1e-6):
+        """The epoch's optimizer steps: GRPO groups with their advantages (`grpo.adv_eps` in the
+        denominator) in chunks of agent_batch_size, simulator samples in chunks of sim_batch_size."""
         cfg = self.cfg
         rng = rng or self.rng
         agent_groups, zero = [], 0
         for g in groups:
-            adv, zero_std = group_advantages(torch.tensor([g.rewards], dtype=torch.float32))
+            adv, zero_std = group_advantages(torch.tensor([g.rewards], dtype=torch.float32), eps=adv_eps)
             zero += int(zero_std.item())
             if zero_std.item() and cfg.drop_zero_std_groups:
                 continue
