@@ -264,6 +264,10 @@ class GenEnvModule(L.LightningModule):
             return False
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
+        if not self._grads_finite(policy, sync):  # a finite loss can still back-propagate inf/NaN
+            opt.zero_grad(set_to_none=True)
+            self._skip_nonfinite(who, "gradient")
+            return False
         if self._sharded == "fsdp":  # FSDP (1): the norm over all shards, computed by the wrapper
             policy.model.clip_grad_norm_(grad_clip)
         else:
@@ -273,6 +277,14 @@ class GenEnvModule(L.LightningModule):
         self.lr_schedulers()[scheduler].step()
         self.counters[f"{who}_updates"] += 1
         return own
+
+    @staticmethod
+    def _grads_finite(policy: Policy, sync: RankSync) -> bool:
+        """Whether every gradient of the policy is finite, on every rank (each rank checks its own
+        shard or replica; one non-finite value anywhere skips the step everywhere)."""
+        grads = [getattr(p.grad, "_local_tensor", p.grad) for p in policy.trainable_parameters() if p.grad is not None]
+        ok = bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()) if grads else True
+        return sync.sum(float(not ok)) == 0 if sync.distributed else ok
 
     def _over_kl_cap(self, update_kl: torch.Tensor) -> bool:
         """The simulator's KL cap. FSDP: a step is skipped on every rank or on none (the same
@@ -303,9 +315,9 @@ class GenEnvModule(L.LightningModule):
         forward passes run, and sharded forward passes must run alike on every rank (`_lockstep`)."""
         return not self._sharded
 
-    def _skip_nonfinite(self, who: str) -> None:
+    def _skip_nonfinite(self, who: str, what: str = "loss") -> None:
         self.counters["nonfinite_skipped"] += 1
-        rank_zero_info(f"[genenv] non-finite {who} loss at epoch {self.current_epoch}: update skipped")
+        rank_zero_info(f"[genenv] non-finite {who} {what} at epoch {self.current_epoch}: update skipped")
         self.log("train/nonfinite_skipped", float(self.counters["nonfinite_skipped"]), on_step=False, on_epoch=True,
                  reduce_fx="max", batch_size=1)
 

@@ -188,3 +188,35 @@ def test_non_finite_loss_skips_the_update_and_is_counted(tmp_path, cache):
     assert cli.model.counters["nonfinite_skipped"] >= 1
     assert cli.model.counters["agent_updates"] == 0
     assert poison.unchanged
+
+
+def test_non_finite_gradient_with_a_finite_loss_skips_the_update_and_is_counted(tmp_path, cache):
+    import lightning as L
+
+    class PoisonGradient(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            self.before = [p.detach().clone() for p in module.agent.parameters()]
+
+        def on_after_backward(self, trainer, module):
+            grads = [p.grad for p in module.agent.parameters() if p.grad is not None]
+            if grads:  # the agent's backward (the simulator's leaves the agent's gradients unset)
+                grads[0].view(-1)[0] = float("nan")
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            self.unchanged = all(torch.equal(a, b) for a, b in zip(self.before, module.agent.parameters()))
+
+    poison = PoisonGradient()
+    os.chdir(tmp_path)
+    from genenv_pl.cli import GenEnvCLI
+    from genenv_pl.datamodule import GenEnvDataModule
+    from genenv_pl.module import GenEnvModule
+
+    cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, run=False,
+                    args=["--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp_path, cache, 1),
+                          "--data.coevo.agent_batch_size", "1000"])
+    cli.trainer.callbacks.append(poison)
+    cli.trainer.fit(cli.model, cli.datamodule)
+    assert cli.model.counters["nonfinite_skipped"] >= 1
+    assert cli.model.counters["agent_updates"] == 0
+    assert poison.unchanged  # no NaN reached the agent's weights
+    assert cli.model.counters["sim_updates"] >= 1  # the simulator's own step is unaffected
