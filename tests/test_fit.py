@@ -175,16 +175,7 @@ def test_non_finite_loss_skips_the_update_and_is_counted(tmp_path, cache):
             self.unchanged = all(torch.equal(a, b) for a, b in zip(self.before, module.agent.parameters()))
 
     poison = PoisonAdvantages()
-    os.chdir(tmp_path)
-    from genenv_pl.cli import GenEnvCLI
-    from genenv_pl.datamodule import GenEnvDataModule
-    from genenv_pl.module import GenEnvModule
-
-    cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, run=False,
-                    args=["--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp_path, cache, 1),
-                          "--data.coevo.agent_batch_size", "1000"])
-    cli.trainer.callbacks.append(poison)
-    cli.trainer.fit(cli.model, cli.datamodule)
+    cli = _fit_with_callback(tmp_path, cache, poison, "--data.coevo.agent_batch_size", "1000")
     assert cli.model.counters["nonfinite_skipped"] >= 1
     assert cli.model.counters["agent_updates"] == 0
     assert poison.unchanged
@@ -206,17 +197,22 @@ def test_non_finite_gradient_with_a_finite_loss_skips_the_update_and_is_counted(
             self.unchanged = all(torch.equal(a, b) for a, b in zip(self.before, module.agent.parameters()))
 
     poison = PoisonGradient()
-    os.chdir(tmp_path)
-    from genenv_pl.cli import GenEnvCLI
-    from genenv_pl.datamodule import GenEnvDataModule
-    from genenv_pl.module import GenEnvModule
-
-    cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, run=False,
-                    args=["--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp_path, cache, 1),
-                          "--data.coevo.agent_batch_size", "1000"])
-    cli.trainer.callbacks.append(poison)
-    cli.trainer.fit(cli.model, cli.datamodule)
+    cli = _fit_with_callback(tmp_path, cache, poison, "--data.coevo.agent_batch_size", "1000")
     assert cli.model.counters["nonfinite_skipped"] >= 1
     assert cli.model.counters["agent_updates"] == 0
     assert poison.unchanged  # no NaN reached the agent's weights
     assert cli.model.counters["sim_updates"] >= 1  # the simulator's own step is unaffected
+
+
+def _fit_with_callback(tmp: Path, cache: Path, callback, *args: str):
+    """A one-epoch fit with an extra callback instance (the CLI takes callbacks only as config)."""
+    from genenv_pl.cli import GenEnvCLI
+    from genenv_pl.datamodule import GenEnvDataModule
+    from genenv_pl.module import GenEnvModule
+
+    os.chdir(tmp)
+    cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, run=False,
+                    args=["--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp, cache, 1), *args])
+    cli.trainer.callbacks.append(callback)
+    cli.trainer.fit(cli.model, cli.datamodule)
+    return cli
