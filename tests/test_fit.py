@@ -162,46 +162,32 @@ def test_epoch_without_in_band_seed_batches_still_trains_the_agent(tmp_path, cac
     assert len(cli.datamodule.pools.train) > 0
 
 
-def test_non_finite_loss_skips_the_update_and_is_counted(tmp_path, cache):
+@pytest.mark.parametrize("poison", ["loss", "gradient"])
+def test_non_finite_update_is_skipped_and_counted(tmp_path, cache, poison):
+    """A NaN loss (NaN advantages), or a finite loss whose backward gives a NaN gradient: the agent's
+    step is skipped and counted, its weights stay as they were, the simulator still steps."""
     import lightning as L
 
-    class PoisonAdvantages(L.Callback):
+    class Poison(L.Callback):
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
             self.before = [p.detach().clone() for p in module.agent.parameters()]
-            if batch["agent"] is not None:
+            if poison == "loss" and batch["agent"] is not None:
                 batch["agent"]["advantages"].fill_(float("nan"))
-
-        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-            self.unchanged = all(torch.equal(a, b) for a, b in zip(self.before, module.agent.parameters()))
-
-    poison = PoisonAdvantages()
-    cli = _fit_with_callback(tmp_path, cache, poison, "--data.coevo.agent_batch_size", "1000")
-    assert cli.model.counters["nonfinite_skipped"] >= 1
-    assert cli.model.counters["agent_updates"] == 0
-    assert poison.unchanged
-
-
-def test_non_finite_gradient_with_a_finite_loss_skips_the_update_and_is_counted(tmp_path, cache):
-    import lightning as L
-
-    class PoisonGradient(L.Callback):
-        def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            self.before = [p.detach().clone() for p in module.agent.parameters()]
 
         def on_after_backward(self, trainer, module):
             grads = [p.grad for p in module.agent.parameters() if p.grad is not None]
-            if grads:  # the agent's backward (the simulator's leaves the agent's gradients unset)
+            if poison == "gradient" and grads:  # the agent's backward (the simulator's leaves these unset)
                 grads[0].view(-1)[0] = float("nan")
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             self.unchanged = all(torch.equal(a, b) for a, b in zip(self.before, module.agent.parameters()))
 
-    poison = PoisonGradient()
-    cli = _fit_with_callback(tmp_path, cache, poison, "--data.coevo.agent_batch_size", "1000")
+    watch = Poison()
+    cli = _fit_with_callback(tmp_path, cache, watch, "--data.coevo.agent_batch_size", "1000")
     assert cli.model.counters["nonfinite_skipped"] >= 1
     assert cli.model.counters["agent_updates"] == 0
-    assert poison.unchanged  # no NaN reached the agent's weights
-    assert cli.model.counters["sim_updates"] >= 1  # the simulator's own step is unaffected
+    assert watch.unchanged  # no NaN reached the agent's weights
+    assert cli.model.counters["sim_updates"] >= 1
 
 
 def _fit_with_callback(tmp: Path, cache: Path, callback, *args: str):
