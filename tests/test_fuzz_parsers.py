@@ -362,8 +362,12 @@ def test_toolcall_helpers_raise_only_value_error(text, obj):
     assert isinstance(toolcall.strip_fences(text), str)
     for value in (obj, text):  # API-Bank compares model-written arguments in a canonical form
         call = {"name": "f", "parameters": {"a": value}}
-        assert isinstance(calls_equal(call, {"name": "f", "parameters": {"a": "x"}}), bool)
-        assert isinstance(calls_equal(call, call), bool)
+        other = {"name": "f", "parameters": {"a": "x"}}
+        assert isinstance(calls_equal(call, other), bool)
+        assert calls_equal(call, call) is True  # reflexive
+        assert calls_equal(call, other) == calls_equal(other, call)  # symmetric
+    pair = ({"name": "f", "parameters": {"a": obj}}, {"name": "f", "parameters": {"a": text}})
+    assert calls_equal(*pair) == calls_equal(*pair[::-1])
 
 
 SEED_TOOLS = [

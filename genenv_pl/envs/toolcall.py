@@ -1,4 +1,5 @@
-"""The shared tool-call text format (GENENV.md section 6): prompts, a tolerant parser, checks.
+"""The shared tool-call text format of the benchmarks (reasoning in `<think>`, one JSON call per line in
+`<tool_call>`, final text in `<response>`): prompts, a tolerant parser, checks.
 
 Agent side. The system prompt lists the tools (one JSON schema per line inside `<tools>`), and the
 agent answers
