@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -25,10 +27,22 @@ def test_group_advantages_zero_variance(rewards, expected_zero_std):
             assert row.std().item() == pytest.approx(1.0, rel=1e-4)
 
 
-def test_group_advantages_values():
-    adv, _ = group_advantages(torch.tensor([[1.0, 0.0]]))
-    s = torch.tensor([1.0, 0.0]).std().item()
-    assert adv[0].tolist() == pytest.approx([0.5 / s, -0.5 / s], rel=1e-5)
+@pytest.mark.parametrize(
+    "rewards, eps, expected",
+    [
+        # mean 0.5, unbiased std sqrt(0.5) = 0.70711: (r - mean) / std
+        ([1.0, 0.0], 1e-6, [0.70711, -0.70711]),
+        # mean 0.5, unbiased std sqrt(1/3) = 0.57735
+        ([1.0, 0.0, 1.0, 0.0], 1e-6, [0.86603, -0.86603, 0.86603, -0.86603]),
+        # mean 0.25, unbiased std 0.5
+        ([1.0, 0.0, 0.0, 0.0], 1e-6, [1.5, -0.5, -0.5, -0.5]),
+        # eps enters the denominator: 0.75 / (0.5 + 1)
+        ([1.0, 0.0, 0.0, 0.0], 1.0, [0.5, -0.16667, -0.16667, -0.16667]),
+    ],
+)
+def test_group_advantages_values(rewards, eps, expected):
+    adv, _ = group_advantages(torch.tensor([rewards]), eps=eps)
+    assert adv[0].tolist() == pytest.approx(expected, abs=1e-4)
 
 
 M = torch.ones(1, 1)
@@ -66,6 +80,15 @@ def test_token_level_aggregation_weights_every_token_equally():
     x = torch.tensor([[2.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
     mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
     assert masked_mean(x, mask).item() == pytest.approx(5.0 / 4)
+
+
+@pytest.mark.parametrize(
+    "d, expected",
+    [(0.0, 0.0), (1.0, math.e - 2.0), (-1.0, math.exp(-1.0)), (0.5, math.exp(0.5) - 1.5), (3.0, 10.0), (-30.0, 10.0)],
+)
+def test_low_var_kl_hand_computed(d, expected):
+    # exp(d) - d - 1, clamped to 10 (d = 3: 16.09 -> 10; d = -30 is clamped to -20 first: 19 -> 10)
+    assert low_var_kl(torch.tensor([0.0]), torch.tensor([d])).item() == pytest.approx(expected, rel=1e-5)
 
 
 @pytest.mark.parametrize("d", [-12.0, -3.0, -0.5, -1e-3, 0.0, 1e-3, 0.5, 3.0, 12.0])
