@@ -17,7 +17,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from genenv_pl.curriculum import conditioning_slope
-from genenv_pl.envs.base import Environment, InvalidTask, Task
+from genenv_pl.envs.base import Environment, Task
 
 
 def probe_conditioning(env: Environment, generate, seeds: list[Task], success_rates: list[float]) -> dict[str, float]:
@@ -36,9 +36,7 @@ def probe_conditioning(env: Environment, generate, seeds: list[Task], success_ra
             total += 1
             try:
                 task = env.parse_task(text, seed)
-            except InvalidTask:
-                continue
-            except Exception:  # an environment bug must not end the run: the sample counts as invalid
+            except Exception:  # InvalidTask, or an environment bug that must not end the run: not counted valid
                 continue
             valid += 1
             deltas[b].append(task.difficulty - seed.difficulty)

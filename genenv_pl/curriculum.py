@@ -41,7 +41,7 @@ def conditioning_slope(buckets: Tensor, deltas: Tensor) -> Tensor:
     x, y = buckets.double(), deltas.double()
     keep = ~torch.isnan(y)
     x, y = x[keep], y[keep]
-    if x.numel() < 2 or float(((x - x.mean()) ** 2).sum()) == 0.0:
-        return torch.tensor(float("nan"))
     dx = x - x.mean()
+    if x.numel() < 2 or float((dx**2).sum()) == 0.0:
+        return torch.tensor(float("nan"))
     return ((dx * (y - y.mean())).sum() / (dx**2).sum()).float()

@@ -282,7 +282,8 @@ class GenEnvModule(L.LightningModule):
     def _grads_finite(policy: Policy, sync: RankSync) -> bool:
         """Whether every gradient of the policy is finite, on every rank (each rank checks its own
         shard or replica; one non-finite value anywhere skips the step everywhere)."""
-        grads = [getattr(p.grad, "_local_tensor", p.grad) for p in policy.trainable_parameters() if p.grad is not None]
+        grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP2: this rank's shard (DTensor)
+                 for p in policy.trainable_parameters() if p.grad is not None]
         ok = bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()) if grads else True
         return sync.sum(float(not ok)) == 0 if sync.distributed else ok
 
