@@ -117,11 +117,8 @@ def train(out: Path, arm: str, seed: int, args, threads: int) -> None:
     """One fit in a subprocess (a clean process per run: no state leaks between arms); its scalars
     are then kept in the run file, which marks it finished."""
     name = f"{arm}_s{seed}"
-    log_dir, done, kept = out / "runs" / name, out / f"{name}.done", run_file(args, arm, seed)
+    log_dir, kept = out / "runs" / name, run_file(args, arm, seed)
     if kept.exists() and not args.rerun:
-        return
-    if done.exists() and not args.rerun:  # finished before run files existed: keep its scalars
-        keep(kept, log_dir, arm, seed, args)
         return
     shutil.rmtree(log_dir, ignore_errors=True)  # an unfinished run starts again from scratch
     cfg = out / f"{name}.yaml"
@@ -133,7 +130,6 @@ def train(out: Path, arm: str, seed: int, args, threads: int) -> None:
                              cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     if rc:
         raise SystemExit(f"{name} failed (exit {rc}); see {out / f'{name}.log'}")
-    done.write_text(f"{time.time() - t0:.0f}\n")
     keep(kept, log_dir, arm, seed, args)
     print(f"  {name}: {time.time() - t0:.0f} s", flush=True)
 
@@ -289,9 +285,6 @@ def main() -> None:
         with ThreadPoolExecutor(args.jobs) as pool:
             list(pool.map(lambda a: train(out, a[0], a[1], args, threads), todo))
         print(f"trained/loaded {len(todo)} runs in {time.time() - t0:.0f} s")
-    for a, s in todo:  # finished runs from before run files existed
-        if not run_file(args, a, s).exists() and (out / f"{a}_s{s}.done").exists():
-            keep(run_file(args, a, s), out / "runs" / f"{a}_s{s}", a, s, args)
     finished = [(a, s) for a, s in todo if run_file(args, a, s).exists()]
     if not finished:
         raise SystemExit("no finished runs to report")
