@@ -50,16 +50,18 @@ import hashlib
 import json
 import os
 import re
-from typing import Any
+from typing import Any, Literal
 
-from genenv_pl.envs.base import DataError, Environment, Message, Task, read_jsonl, resolve_data_root
+from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, read_jsonl, resolve_data_root
 from genenv_pl.envs.toolcall import (
     ToolCall,
     ToolSchema,
     agent_system_prompt,
+    call_problem,
     canonical_type,
     merge_consecutive,
     normalize_text,
+    parse_generated_request,
     parse_generated_task,
     parse_python_calls,
     parse_response,
@@ -348,6 +350,7 @@ class BFCLEnv(Environment):
         split_seed: int = 0,
         max_state_chars: int = 4000,
         max_seed_tools: int = 8,
+        simulator_writes: Literal["task", "request"] = "task",
     ):
         """
         Args:
@@ -361,6 +364,11 @@ class BFCLEnv(Environment):
                 cut to this many characters.
             max_seed_tools: the simulator sees full schemas of the gold functions plus other seed
                 functions up to this many in all (multi-turn seeds list 20-40 functions).
+            simulator_writes: "task" (the paper's 7B simulator): the whole task, its question,
+                function docs and calls. "request": only a new user request and its gold calls;
+                the task keeps the seed's function docs and every call is checked against their
+                JSON schemas. Its output is a tenth as long (a few dozen tokens instead of
+                hundreds), which is what makes sampling a small simulator on a CPU practical.
         """
         self.root = resolve_data_root(data_root, "bfcl")
         self.categories = list(categories) if categories else list(DEFAULT_CATEGORIES)
@@ -371,6 +379,9 @@ class BFCLEnv(Environment):
             raise ValueError("eval_fraction must be in [0, 1]")
         self.eval_fraction, self.split_seed = eval_fraction, split_seed
         self.max_state_chars, self.max_seed_tools = max_state_chars, max_seed_tools
+        if simulator_writes not in ("task", "request"):
+            raise ValueError(f"simulator_writes must be 'task' or 'request', got {simulator_writes!r}")
+        self.simulator_writes = simulator_writes
         self._docs: dict[str, list[ToolSchema]] = {}
         self._seed: list[Task] = []
         self._eval: list[Task] = []
@@ -378,6 +389,10 @@ class BFCLEnv(Environment):
             for entry_id, tasks in self._load_category(category):
                 held_out = split_bucket(entry_id, split_seed) < eval_fraction
                 (self._eval if held_out else self._seed).extend(tasks)
+        # Requests a generation may not copy: a seed's (a copy teaches nothing new) or an evaluation
+        # item's (it would leak the held-out set into training).
+        self._known_requests = {normalize_text(self._question(t.data)): "copies_eval" for t in self._eval}
+        self._known_requests.update({normalize_text(self._question(t.data)): "copies_seed" for t in self._seed})
 
     # ---- data -------------------------------------------------------------------------------
     def seed_tasks(self) -> list[Task]:
@@ -544,11 +559,18 @@ class BFCLEnv(Environment):
         if seed.data["mode"] == "sequence":
             note = ("The seed is one turn of a multi-turn session; the new task is a standalone request "
                     "in the same backend state, its calls listed in execution order.")
-        return simulator_messages(self._seed_view(seed), success_rate, note)
+        return simulator_messages(self._seed_view(seed), success_rate, note,
+                                  request_only=self.simulator_writes == "request")
 
     def parse_task(self, text: str, seed: Task) -> Task:
         sd = seed.data
-        gen = parse_generated_task(text, sd["tools"])
+        if self.simulator_writes == "request":  # the seed's functions, all of them, as the agent saw them
+            gen = parse_generated_request(text, sd["tools"])
+        else:
+            gen = parse_generated_task(text, sd["tools"])
+        copied = self._known_requests.get(normalize_text(gen.question))
+        if copied:
+            raise InvalidTask(copied, gen.question[:80])
         if not gen.calls:
             mode, gold = "irrelevance", None
         elif sd["mode"] == "sequence":
@@ -575,30 +597,100 @@ class BFCLEnv(Environment):
         }, sort_keys=True)
 
     def warm_start_examples(self, role: str, n: int, seed: int) -> list[tuple[list[Message], str]]:
-        """Agent: seed prompt -> gold calls. Simulator: seed prompt -> another seed of the same
-        category written as a generated task (a plausible variation)."""
+        """Agent: seed prompt -> gold calls. Simulator, whole-task mode: seed prompt -> another seed
+        of the same category written as a generated task. Simulator, request mode: seed prompt
+        (with a random success-rate hint) -> the seed's request with new values for arguments
+        stated in it (`value_variation`): a valid, checked variation that teaches the output format
+        and the schemas, not which variations help the agent (co-evolution's job)."""
         import random
 
         rng = random.Random(seed)
         pool = self._seed
+        if role not in ("agent", "simulator"):
+            raise ValueError(f"unknown role {role!r}")
+        if role == "simulator" and self.simulator_writes == "request":
+            pool = [t for t in pool if value_variation(t.data, random.Random(0)) is not None]
         if not pool:
             return []
-        out = []
-        for _ in range(n):
+        out: list[tuple[list[Message], str]] = []
+        while len(out) < n:
             task = rng.choice(pool)
             if role == "agent":
                 calls = self._gold_calls(task.data)
                 target = "<think>\n</think>\n" + (render_calls(calls) if calls else NO_CALL_REPLY)
                 out.append((self.agent_prompt(task), target))
-            elif role == "simulator":
+            elif self.simulator_writes == "request":
+                question, calls = value_variation(task.data, rng)
+                if normalize_text(question) in self._known_requests:
+                    continue  # it landed on another seed's (or a held-out) request: draw again
+                hint = rng.choice([None, 0.0, 0.25, 0.5, 0.75, 1.0])
+                target = json.dumps({"question": question, "calls": calls}, ensure_ascii=False)
+                out.append((self.simulator_prompt(task, hint), target))
+            else:
                 same = [t for t in pool if t.group == task.group and t.id != task.id] or [task]
                 other = self._seed_view(rng.choice(same))
                 if not isinstance(other["calls"], list):
                     other["calls"] = []
                 out.append((self.simulator_prompt(task, None), json.dumps(other, ensure_ascii=False)))
-            else:
-                raise ValueError(f"unknown role {role!r}")
         return out
+
+
+def _literal(v: Any) -> str:
+    return str(v) if not isinstance(v, str) else v
+
+
+def _new_value(v: Any, spec: dict[str, Any], rng) -> Any:
+    """Another value of `v`'s kind for a warm-start variation, or None (booleans, free strings)."""
+    if isinstance(v, bool):
+        return None
+    enum = spec.get("enum")
+    if isinstance(enum, list) and v in enum:
+        others = [e for e in enum if e != v and type(e) is type(v)]
+        return rng.choice(others) if others else None
+    if isinstance(v, int):
+        if 1900 <= v <= 2030:  # a year: stay near it (a request about the year 2583 reads as noise)
+            lo, hi = v - 20, min(v + 10, 2030)
+        else:
+            lo, hi = (max(1, v // 2), 2 * v + 3) if v > 0 else (v - 9, v + 9)
+        choices = [x for x in range(lo, hi + 1) if x != v]
+        return rng.choice(choices)
+    if isinstance(v, float):
+        decimals = len(repr(v).split(".")[1]) if "." in repr(v) and "e" not in repr(v) else 2
+        for _ in range(10):
+            new = round(v * rng.uniform(0.5, 2.0), decimals)
+            if new != v and new != 0:
+                return new
+    return None
+
+
+def value_variation(data: dict[str, Any], rng) -> tuple[str, list[ToolCall]] | None:
+    """The seed's request with new values for the arguments whose value appears exactly once in it
+    (numbers, enum members), and its calls with those values; None when no argument can change
+    (single-call AST seeds only). The result fits the function's schema by construction (checked)."""
+    if data["mode"] not in ("simple", "multiple") or not data.get("gold"):
+        return None
+    users = [m["content"] for m in data["messages"] if m["role"] == "user"]
+    if len(users) != 1:
+        return None
+    question = users[0]
+    (call,) = BFCLEnv._gold_calls(data)
+    tool = _tool_named(data["tools"], call["name"]) or {}
+    props = tool.get("parameters", {}).get("properties", {})
+    params, changed = dict(call["parameters"]), False
+    for pname, value in call["parameters"].items():
+        new = _new_value(value, props.get(pname, {}), rng)
+        if new is None:
+            continue
+        pattern = re.compile(r"(?<![\w.])" + re.escape(_literal(value)) + r"(?![\w]|\.\d)", re.IGNORECASE)
+        if len(pattern.findall(question)) != 1:
+            continue  # not stated, or stated twice (which one is the argument?)
+        question = pattern.sub(lambda _: _literal(new), question)
+        params[pname] = new
+        changed = True
+    new_call = {"name": call["name"], "parameters": params}
+    if not changed or call_problem(new_call, data["tools"]) is not None:
+        return None
+    return question, [new_call]
 
 
 def _answer_from_call(call: ToolCall, tools: list[ToolSchema]) -> dict[str, dict[str, list]]:

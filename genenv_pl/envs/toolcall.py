@@ -23,7 +23,8 @@ Simulator side. A generated task is one JSON object
 `{"question": str, "tools": [schema | seed tool name, ...], "calls": [{"name", "parameters"}]}`;
 `parse_generated_task` extracts and validates it (every call names a listed tool, has every
 required parameter, no unknown parameter, values fit the declared types and enums) and raises
-`InvalidTask(reason)` otherwise. Tool schemas use BFCL's JSON shape
+`InvalidTask(reason)` otherwise. A request-only generation `{"question": str, "calls": [...]}` keeps
+the seed's tools (short enough for a small model to write; `parse_generated_request`). Tool schemas use BFCL's JSON shape
 `{"name", "description", "parameters": {"type": "dict", "properties": {...}, "required": [...]}}`.
 """
 from __future__ import annotations
@@ -496,6 +497,29 @@ def parse_generated_task(text: str, seed_tools: list[ToolSchema]) -> GeneratedTa
     names = [t["name"] for t in tools]
     if len(set(names)) != len(names):
         raise InvalidTask("bad_tools", "duplicate tool names")
+    return GeneratedTask(question=question.strip(), tools=tools, calls=_checked_calls(obj, tools))
+
+
+def parse_generated_request(text: str, tools: list[ToolSchema]) -> GeneratedTask:
+    """Extract and validate a request-only generation `{"question", "calls"}` whose task keeps the
+    seed's `tools`; raises `InvalidTask(reason, detail)`. At least one call: the request must need
+    one of those functions (a request none serves is an irrelevance task, which this mode does not write)."""
+    try:
+        obj = extract_json_object(text if isinstance(text, str) else str(text))
+    except ValueError as e:
+        raise InvalidTask("unparseable", str(e)) from None
+    question = obj.get("question")
+    if not isinstance(question, str) or not question.strip() or len(question) > MAX_QUESTION_CHARS:
+        raise InvalidTask("bad_question", "question must be a non-empty string")
+    calls = _checked_calls(obj, tools)
+    if not calls:
+        raise InvalidTask("no_call", "the request must need at least one call")
+    return GeneratedTask(question=question.strip(), tools=list(tools), calls=calls)
+
+
+def _checked_calls(obj: dict[str, Any], tools: list[ToolSchema]) -> list[ToolCall]:
+    """The generation's calls, each fitting a listed tool (its JSON schema: the function exists,
+    required arguments are present, values fit the declared types and enums)."""
     raw_calls = obj.get("calls", obj.get("answer"))
     if isinstance(raw_calls, dict):
         raw_calls = [raw_calls]
@@ -511,7 +535,7 @@ def parse_generated_task(text: str, seed_tools: list[ToolSchema]) -> GeneratedTa
         problem = call_problem(c, tools)
         if problem:
             raise InvalidTask(*problem)
-    return GeneratedTask(question=question.strip(), tools=tools, calls=calls)
+    return calls
 
 
 SIMULATOR_SYSTEM = """\
@@ -532,6 +556,22 @@ schema in the seed's format.
 - "calls": [] means that none of the listed functions can serve the request."""
 
 
+REQUEST_SIMULATOR_SYSTEM = """\
+You write new tasks for training an assistant that calls functions. Given a seed task (a user \
+request, the functions the assistant has, and the correct calls), write ONE new user request \
+that the same functions serve, with its correct calls. The functions stay as they are: do not \
+write them.
+
+Answer with a single JSON object and nothing else:
+{"question": "<the user's request>", "calls": [{"name": "<function>", "parameters": {"<argument>": <value>}}, ...]}
+
+Rules:
+- Every call uses one of the seed's functions and gives all of its required arguments, with \
+values of the declared types and, where listed, one of the allowed values.
+- Every value in the calls must follow from the question; do not rely on hidden information.
+- Do not repeat the seed's request: change what is asked or the values in it."""
+
+
 def difficulty_hint(success_rate: float | None) -> str:
     """Steer towards the agent's frontier: success about half of the time (alpha = 0.5)."""
     if success_rate is None:
@@ -546,12 +586,16 @@ def difficulty_hint(success_rate: float | None) -> str:
     return f"{rate}: keep a similar difficulty."
 
 
-def simulator_messages(seed_view: dict[str, Any], success_rate: float | None, note: str = "") -> list[Message]:
-    """Messages asking for one variation of `seed_view` ({"question", "tools", "calls"})."""
+def simulator_messages(seed_view: dict[str, Any], success_rate: float | None, note: str = "",
+                       request_only: bool = False) -> list[Message]:
+    """Messages asking for one variation of `seed_view` ({"question", "tools", "calls"}): a whole
+    task (`SIMULATOR_SYSTEM`), or with `request_only` a new request and its calls for the seed's
+    tools (`REQUEST_SIMULATOR_SYSTEM`, read back by `parse_generated_request`)."""
     user = ("Seed task:\n" + json.dumps(seed_view, ensure_ascii=False) + "\n\n"
             + (note + "\n" if note else "") + difficulty_hint(success_rate)
             + "\nWrite the new task as one JSON object.")
-    return [{"role": "system", "content": SIMULATOR_SYSTEM}, {"role": "user", "content": user}]
+    system = REQUEST_SIMULATOR_SYSTEM if request_only else SIMULATOR_SYSTEM
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def normalize_text(s: str) -> str:

@@ -357,10 +357,11 @@ def test_parse_task_good_generations(env: BFCLEnv) -> None:
     seed = _seed(env, "simple_python")
     tool = seed.data["tools"][0]
     gold = env._gold_calls(seed.data)[0]
-    # 1) a copy of the seed: valid, and recognised as a duplicate of it
-    copy_of_seed = json.dumps({"question": env._question(seed.data), "tools": [tool["name"]], "calls": [gold]})
-    dup = env.parse_task(copy_of_seed, seed)
-    assert env.task_key(dup) == env.task_key(seed) and dup.meta["seed_id"] == seed.id
+    # 1) a copy of the seed's request (any layout): rejected, it teaches nothing new
+    copy_of_seed = json.dumps({"question": "  " + env._question(seed.data).upper(), "tools": [tool["name"]], "calls": [gold]})
+    with pytest.raises(InvalidTask) as err:
+        env.parse_task(copy_of_seed, seed)
+    assert err.value.reason == "copies_seed"
     # 2) a new function with two parallel calls, in prose and fences
     new_tool = {"name": "convert_currency", "description": "Convert money.", "parameters": {
         "type": "dict", "properties": {"amount": {"type": "float"}, "to": {"type": "string"},
@@ -432,6 +433,131 @@ def test_warm_start_examples(env: BFCLEnv) -> None:
     assert len(agent) == 3 and all("<tool_call>" in target or "<response>" in target for _, target in agent)
     for prompt, target in env.warm_start_examples("simulator", 3, seed=0):
         json.loads(target)
+
+
+def test_generated_copy_of_an_evaluation_item_is_rejected(env: BFCLEnv) -> None:
+    """A generation that repeats a held-out request would leak the evaluation set into training."""
+    seed = _seed(env, "simple_python")
+    held_out = next(t for t in env.eval_tasks() if t.group == "simple_python")
+    text = json.dumps({"question": env._question(held_out.data), "tools": [seed.data["tools"][0]["name"]], "calls": []})
+    with pytest.raises(InvalidTask) as err:
+        env.parse_task(text, seed)
+    assert err.value.reason == "copies_eval"
+
+
+# ---- request-only simulator mode ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def request_env() -> BFCLEnv:
+    return BFCLEnv(categories=["simple_python", "multiple"], simulator_writes="request")
+
+
+def test_request_mode_prompt_and_good_generation(request_env: BFCLEnv) -> None:
+    env = request_env
+    seed = _seed(env, "multiple")
+    messages = env.simulator_prompt(seed, 0.5)
+    assert "do not write them" in messages[0]["content"] and '"tools"' not in messages[0]["content"].split("Rules")[0]
+    gold = env._gold_calls(seed.data)[0]
+    text = "Sure!\n```json\n" + json.dumps({"question": "A brand new request, please.", "calls": [gold]}) + "\n```"
+    task = env.parse_task(text, seed)
+    # the task keeps every seed function (distractors included) and scores with BFCL's rules
+    assert task.data["tools"] == seed.data["tools"] and task.data["mode"] == "multiple"
+    assert task.data["messages"] == [{"role": "user", "content": "A brand new request, please."}]
+    assert env.score(task, as_text([gold]))["accuracy"] == 1.0
+    other = next((t["name"] for t in seed.data["tools"] if t["name"] != gold["name"]), None)
+    if other is not None:
+        assert env.score(task, as_text([{**gold, "name": other}]))["accuracy"] == 0.0
+    two = env.parse_task(json.dumps({"question": "Twice.", "calls": [gold, gold]}), seed)
+    assert two.data["mode"] == "parallel"
+
+
+def _enum_seed(env: BFCLEnv) -> tuple[Task, str, dict]:
+    for t in env.seed_tasks():
+        call = (env._gold_calls(t.data) or [None])[0]
+        tool = next((x for x in t.data["tools"] if call and x["name"] == call["name"]), None)
+        for pname, spec in (tool or {}).get("parameters", {}).get("properties", {}).items():
+            if spec.get("enum") and spec.get("type") == "string":
+                return t, pname, call
+    raise AssertionError("no seed with a string enum")
+
+
+@pytest.mark.parametrize("case,reason", [
+    ("prose", "unparseable"), ("empty_question", "bad_question"), ("no_call", "no_call"),
+    ("calls_not_list", "bad_call"), ("other_function", "unknown_function"), ("missing", "missing_required"),
+    ("extra", "unknown_param"), ("type", "bad_type"), ("enum", "bad_type"), ("copy", "copies_seed"),
+    ("eval_copy", "copies_eval"),
+])
+def test_request_mode_bad_generations(request_env: BFCLEnv, case: str, reason: str) -> None:
+    """Checked against the seed's JSON schemas; each way of failing is counted under its own reason."""
+    env = request_env
+    seed, enum_param, enum_call = _enum_seed(env)
+    call = env._gold_calls(seed.data)[0]
+    tool = next(x for x in seed.data["tools"] if x["name"] == call["name"])
+    required = tool["parameters"]["required"]
+    typed = {p: s for p, s in tool["parameters"]["properties"].items() if s["type"] in ("string", "integer")}
+    pname = next(iter(typed))
+    wrong = 7 if typed[pname]["type"] == "string" else "seven"
+    obj: Any = {"question": "Something new.", "calls": [call]}
+    if case == "prose":
+        obj = "I would ask for the weather."
+    elif case == "empty_question":
+        obj["question"] = " "
+    elif case == "no_call":
+        obj["calls"] = []
+    elif case == "calls_not_list":
+        obj["calls"] = "get it"
+    elif case == "other_function":
+        obj["calls"] = [{"name": "no_such_function", "parameters": {}}]
+    elif case == "missing":
+        obj["calls"] = [{"name": call["name"], "parameters": {k: v for k, v in call["parameters"].items() if k != required[0]}}]
+    elif case == "extra":
+        obj["calls"] = [{"name": call["name"], "parameters": {**call["parameters"], "zz_unknown": 1}}]
+    elif case == "type":
+        obj["calls"] = [{"name": call["name"], "parameters": {**call["parameters"], pname: wrong}}]
+    elif case == "enum":
+        obj["calls"] = [{"name": enum_call["name"], "parameters": {**enum_call["parameters"], enum_param: "not-an-allowed-value"}}]
+    elif case == "copy":
+        obj["question"] = env._question(seed.data)
+    elif case == "eval_copy":
+        obj["question"] = env._question(env.eval_tasks()[0].data)
+    text = obj if isinstance(obj, str) else json.dumps(obj)
+    with pytest.raises(InvalidTask) as err:
+        env.parse_task(text, seed)
+    assert err.value.reason == reason
+
+
+def test_request_mode_warm_start_variations_are_valid_new_tasks(request_env: BFCLEnv) -> None:
+    """Every seed that has a variation: the variation parses back through the simulator's own path,
+    asks something else than the seed, and its calls score 1 on the task it defines."""
+    from genenv_pl.envs.bfcl import value_variation
+
+    env = request_env
+    n = 0
+    for seed in env.seed_tasks():
+        for r in range(3):
+            v = value_variation(seed.data, random.Random(r))
+            if v is None:
+                continue
+            question, calls = v
+            if " ".join(question.lower().split()) in env._known_requests:  # landed on another seed's request
+                with pytest.raises(InvalidTask):
+                    env.parse_task(json.dumps({"question": question, "calls": calls}), seed)
+                continue
+            task = env.parse_task(json.dumps({"question": question, "calls": calls}), seed)
+            assert question != env._question(seed.data) and calls != env._gold_calls(seed.data)
+            assert env.score(task, as_text(calls))["accuracy"] == 1.0
+            assert env.score(task, as_text(env._gold_calls(seed.data)))["accuracy"] == 0.0
+            n += 1
+    assert n >= 300  # about half of the 241 seeds state a number or an enum value in their request
+    examples = env.warm_start_examples("simulator", 20, seed=0)
+    assert len(examples) == 20
+    for messages, target in examples:
+        assert set(json.loads(target)) == {"question", "calls"} and "do not write them" in messages[0]["content"]
+
+
+def test_simulator_writes_is_checked(data_root: str) -> None:
+    with pytest.raises(ValueError, match="simulator_writes"):
+        BFCLEnv(categories=["simple_python"], simulator_writes="tools")
 
 
 # ---- malformed data ---------------------------------------------------------------------------------
