@@ -652,8 +652,8 @@ def _new_value(v: Any, spec: dict[str, Any], rng) -> Any:
             lo, hi = v - 20, min(v + 10, 2030)
         else:
             lo, hi = (max(1, v // 2), 2 * v + 3) if v > 0 else (v - 9, v + 9)
-        choices = [x for x in range(lo, hi + 1) if x != v]
-        return rng.choice(choices)
+        new = rng.randint(lo, hi - 1)
+        return new if new < v else new + 1  # uniform over [lo, hi] without v
     if isinstance(v, float):
         decimals = len(repr(v).split(".")[1]) if "." in repr(v) and "e" not in repr(v) else 2
         for _ in range(10):
