@@ -22,6 +22,7 @@ class WarmStartConfig:
     lr: float = 3e-3
     num_examples: int = 20000
     seed: int = 0
+    warmup_steps: int = 50  # linear lr warm-up; short warm starts of pretrained models need fewer
 
 
 def warm_start(policy: Policy, examples: list[tuple[str, str]], cfg: WarmStartConfig, log_every: int = 100) -> list[float]:
@@ -31,7 +32,7 @@ def warm_start(policy: Policy, examples: list[tuple[str, str]], cfg: WarmStartCo
     rng = random.Random(cfg.seed)
     params = policy.trainable_parameters()  # LoRA: the adapter (shared base: this policy's own)
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50) * max(0.05, 1 - s / cfg.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps)) * max(0.05, 1 - s / cfg.steps))
     device = next(policy.parameters()).device
     policy.train()
     losses, t0 = [], time.perf_counter()
@@ -39,7 +40,9 @@ def warm_start(policy: Policy, examples: list[tuple[str, str]], cfg: WarmStartCo
         idx = [rng.randrange(len(examples)) for _ in range(cfg.batch_size)]
         b = pack([prompts[i] for i in idx], [targets[i] for i in idx], policy.pad_id)
         b = {k: v.to(device) for k, v in b.items()}
-        logp, _ = policy.token_logprobs(b["input_ids"], b["attention_mask"])
+        # Only the targets are scored: full-vocabulary logits at every prompt position (hundreds of
+        # tokens x 49K vocabulary x batch for a real model's tool prompts) would not fit in memory.
+        logp, _ = policy.token_logprobs(b["input_ids"], b["attention_mask"], response_mask=b["response_mask"])
         loss = sequence_nll(logp, b["response_mask"]).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()

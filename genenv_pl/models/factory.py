@@ -65,9 +65,7 @@ def _publish(save, path: str) -> None:
 def build_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str) -> Policy:
     """Agent and simulator built by the same env and tiny spec share one tokenizer."""
     if cfg.model != "tiny":
-        policy = Policy.from_pretrained(resolve_model_path(cfg.model), dtype=cfg.dtype, gguf_file=cfg.gguf_file)
-        if cfg.warm_start.steps > 0:
-            _warm_start(policy, cfg, role, env)
+        policy = _pretrained_policy(cfg, role, env, cache_dir)
     else:
         policy = _tiny_policy(cfg, role, env, cache_dir)
     if cfg.lora.r > 0:
@@ -113,8 +111,45 @@ def resolve_model_path(model: str) -> str:
 
 def _warm_start(policy: Policy, cfg: PolicyConfig, role: str, env: Environment) -> None:
     examples = env.warm_start_examples(role, cfg.warm_start.num_examples, seed=cfg.warm_start.seed)
-    print(f"[genenv] warm-starting the {role} ({policy.num_parameters():,} params) for {cfg.warm_start.steps} steps", flush=True)
-    warm_start(policy, [(policy.render(m), t) for m, t in examples], cfg.warm_start)
+    print(f"[genenv] warm-starting the {role} ({policy.num_parameters(trainable_only=True):,} trainable params) "
+          f"for {cfg.warm_start.steps} steps", flush=True)
+    warm_start(policy, [(policy.render(m), t) for m, t in examples], cfg.warm_start,
+               log_every=max(1, min(100, cfg.warm_start.steps // 10)))
+
+
+def _pretrained_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str) -> Policy:
+    """A pretrained model, warm-started on the environment's data when `warm_start.steps > 0`.
+
+    With LoRA (`lora.r > 0`) the warm start trains an adapter with those settings and merges it into
+    the weights: the warm-started model is the base that co-evolution's fresh adapter trains on and
+    the KL reference (adapter off), as an instruct model is in the paper. Without LoRA it is full
+    fine-tuning. The result (the adapter, or the whole model) is cached under `cache_dir`, keyed on
+    everything that shapes it, so `fit` and `test` run a given warm start once."""
+    import torch
+
+    path = resolve_model_path(cfg.model)
+    policy = Policy.from_pretrained(path, dtype=cfg.dtype, gguf_file=cfg.gguf_file)
+    if cfg.warm_start.steps <= 0:
+        return policy
+    key = _digest([role, env.name, cfg.model, cfg.gguf_file, cfg.dtype, asdict(cfg.warm_start), asdict(cfg.lora),
+                   cfg.seed, env.warm_start_examples(role, 64, seed=cfg.warm_start.seed)])
+    cached = os.path.join(cache_dir, f"{role}-{env.name}-{os.path.basename(os.path.normpath(path))}-{key}")
+    if cfg.lora.r > 0 and os.path.isdir(cached):
+        from peft import PeftModel
+
+        policy.model = PeftModel.from_pretrained(policy.model, cached).merge_and_unload()
+        return policy
+    if os.path.isdir(cached):
+        return Policy.from_pretrained(cached, dtype=cfg.dtype)
+    with torch.random.fork_rng():  # the adapter's initialisation depends on the config alone (the cache key)
+        torch.manual_seed(cfg.seed)
+        if cfg.lora.r > 0:
+            policy.add_lora(cfg.lora)
+        _warm_start(policy, cfg, role, env)
+    _publish(policy.save_weights if cfg.lora.r > 0 else policy.save_pretrained, cached)
+    if cfg.lora.r > 0:
+        policy.model = policy.model.merge_and_unload()
+    return policy
 
 
 def _tiny_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str) -> Policy:
