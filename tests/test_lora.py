@@ -72,3 +72,30 @@ def test_disabled_adapter_is_the_base_model():
     assert not torch.allclose(_logits(policy, ids), _logits(base, ids))
     with policy.model.disable_adapter():
         assert torch.allclose(_logits(policy, ids), _logits(base, ids), atol=1e-6)
+
+
+def test_sampling_with_the_adapter_merged_equals_unmerged_and_restores_the_base():
+    """The HF backend merges a LoRA adapter to sample (3-6x faster decode on a CPU): same greedy tokens,
+    log-probs equal to float rounding, and afterwards the base weights are bit for bit what they were."""
+    from genenv_pl.backends.base import SamplingParams
+    from genenv_pl.backends.hf import HFBackend
+
+    policy = _policy(r=4)
+    with torch.no_grad():  # a trained adapter (B = 0 at init would make the merge a no-op)
+        for n, p in policy.model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+    params = SamplingParams(max_new_tokens=12, greedy=True)
+    prompts = ["12+34=", "7+8=", "answer:"]
+    merged = HFBackend(merge_lora=True).generate(policy, prompts, params)
+    assert all(torch.equal(p, before[n]) for n, p in policy.model.named_parameters())
+    assert not any(getattr(m, "merged", False) for m in policy.model.modules())  # the adapter runs again
+    plain = HFBackend(merge_lora=False).generate(policy, prompts, params)
+    for a, b in zip(merged, plain):
+        assert a[0].response_ids == b[0].response_ids
+        torch.testing.assert_close(torch.tensor(a[0].logprobs), torch.tensor(b[0].logprobs), rtol=0, atol=1e-4)
+    ids = torch.tensor([merged[0][0].prompt_ids + merged[0][0].response_ids])
+    with policy.base_only():
+        base = _logits(policy, ids)
+    assert not torch.allclose(_logits(policy, ids), base)  # the adapter still counts in training forwards
