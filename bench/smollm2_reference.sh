@@ -15,7 +15,8 @@ run() {  # run <env> [overrides...]
   local env=$1; shift
   echo "=== $env $* ($(date -u +%H:%M:%S))"
   /usr/bin/time -f "=== $env wall %e s" python main.py test --config "configs/$env.yaml" --config "configs/cpu/$env.yaml" \
-    --trainer.logger.init_args.save_dir runs/reference --trainer.logger.init_args.name "$env" "$@"
+    --trainer.logger.init_args.save_dir runs/reference --trainer.logger.init_args.name "$env" \
+    --model.agent.warm_start.steps 0 --model.simulator.warm_start.steps 0 "$@"  # zero-shot (cpu/bfcl.yaml warm-starts)
 }
 run bamboogle
 run api_bank
