@@ -23,7 +23,7 @@ class GRPOConfig:
 class RWRConfig:
     """Simulator update (GenEnv section 2, step 8): reward-weighted regression on in-band samples."""
 
-    rwr_lambda: float = 1.0  # w ∝ exp(lambda * R_env), normalized to mean 1 over the update
+    rwr_lambda: float = 1.0  # w ∝ exp(lambda * R_env), normalized to mean 1 over the epoch's update (all steps and ranks)
     kl_coef: float = 0.1  # KL penalty to the initial simulator
     # The paper's cap on each update: after every simulator step, the mean per-token KL (low_var_kl)
     # between the simulator before and after that step, on the response tokens of its batch (all ranks'

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from genenv_pl.batching import pack
 from genenv_pl.coevo import Group, SeedBatch, generate_tasks, rollout
 from genenv_pl.config import CoevoConfig
-from genenv_pl.curriculum import success_rate
+from genenv_pl.curriculum import rwr_weights, success_rate
 from genenv_pl.distributed import RankSync
 from genenv_pl.envs import Environment, Task, make_env
 from genenv_pl.losses import group_advantages
@@ -191,6 +191,12 @@ class GenEnvDataModule(L.LightningDataModule):
             all_batches += part["batches"]
             all_groups += [g if g.seed_index is None or not offset else replace(g, seed_index=g.seed_index + offset)
                            for g in part["groups"]]
+        # RWR weights: mean 1 over the epoch's whole simulator update, every rank's in-band samples (as
+        # Algorithm 1 weighs the epoch's set), not over each step's chunk of sim_batch_size on its own.
+        update_r_env = torch.tensor([e["r_env"] for part in parts for e in part["env"]])
+        for step in steps:
+            if step["sim"] is not None:
+                step["sim"]["weights"] = rwr_weights(step["sim"]["r_env"], module.rwr.rwr_lambda, over=update_r_env)
         self.tasks_seen += len(all_groups)
         zero_std_frac = sum(p["zero_std"] for p in parts) / max(len(all_groups), 1)
         gen_seconds = max(p["seconds"] for p in parts)

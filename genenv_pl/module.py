@@ -20,7 +20,6 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from genenv_pl.backends import SamplingParams, make_backend
 from genenv_pl.config import GRPOConfig, RWRConfig
-from genenv_pl.curriculum import rwr_weights
 from genenv_pl.batching import pack
 from genenv_pl.distributed import RankSync, full_state_dict, shard_module, sharding
 from genenv_pl.losses import grpo_loss, low_var_kl, rwr_loss
@@ -192,7 +191,7 @@ class GenEnvModule(L.LightningModule):
         self._blank.add(who)
         policy = self.agent if who == "agent" else self.simulator
         blank = pack([[policy.pad_id]], [[policy.pad_id]], policy.pad_id, [[0.0]])
-        blank["advantages" if who == "agent" else "r_env"] = torch.zeros(1)
+        blank["advantages" if who == "agent" else "weights"] = torch.zeros(1)
         return {k: v.to(self.device) for k, v in blank.items()}
 
     def _agent_step(self, b: dict[str, torch.Tensor], opt, temperature: float) -> None:
@@ -215,7 +214,7 @@ class GenEnvModule(L.LightningModule):
         logp, _ = self.simulator.token_logprobs(b["input_ids"], b["attention_mask"], temperature, response_mask=mask,
                                                 share_prompts=self._share_prompts)
         logp_ref = self._ref_logprobs(self.simulator, self.sim_ref, b, temperature) if self.rwr.kl_coef > 0 else None
-        t = rwr_loss(logp, logp_ref, rwr_weights(b["r_env"], self.rwr.rwr_lambda), mask, self.rwr.kl_coef)
+        t = rwr_loss(logp, logp_ref, b["weights"], mask, self.rwr.kl_coef)
         before = logp.detach()
         if not self._optimize("sim", t.loss, opt, self.rwr.grad_clip, scheduler=1,
                               kl_of_update=lambda: self._kl_of_update(before, b, temperature)):

@@ -1,0 +1,107 @@
+"""The alpha-curriculum path in real fits, on an environment whose success odds are known: which seed
+batches train the simulator, with which weights, and what D_env keeps."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from genenv_pl.envs import REGISTRY
+from genenv_pl.envs.arithmetic import ArithmeticEnv
+from test_fit import REPO, _override
+
+G = 4  # the quickstart's group_size
+
+
+class KnownOdds(ArithmeticEnv):
+    """Arithmetic whose seeds, each with all its variations, are solved by every answer ("always"), by none
+    ("never") or by every second answer scored for the task ("half": G/2 of its G rollouts, G even),
+    whatever the agent writes."""
+
+    KINDS = ("always", "never", "half")
+    P_HAT = {"always": 1.0, "never": 0.0, "half": 0.5}
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        for i, seed in enumerate(self._seeds):
+            seed.meta["kind"] = self.KINDS[i % len(self.KINDS)]
+        self._scored: Counter = Counter()
+
+    def parse_task(self, text, seed):
+        task = super().parse_task(text, seed)
+        task.meta["kind"] = seed.meta["kind"]
+        return task
+
+    def reward(self, task, response: str) -> float:
+        kind = task.meta.get("kind")
+        if kind == "half":
+            self._scored[task.id] += 1
+            return float(self._scored[task.id] % 2)
+        return float(kind == "always")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("model-cache")
+
+
+@pytest.fixture(autouse=True)
+def known_odds(monkeypatch):
+    monkeypatch.setitem(REGISTRY, "known_odds", f"{__name__}:KnownOdds")
+
+
+class _Record(L.Callback):
+    """Per epoch: what generation produced (the data module's RoundStats) and the simulator batches the
+    module was given."""
+
+    def __init__(self):
+        self.rounds, self.sim = [], []
+
+    def on_train_epoch_start(self, trainer, module):
+        self.rounds.append(trainer.datamodule.last_round)
+        self.sim.append([])
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if batch["sim"] is not None:
+            self.sim[-1].append({k: v.clone() for k, v in batch["sim"].items()})
+
+
+def _fit(tmp: Path, cache: Path, epochs: int, curriculum: dict, *args: str):
+    from genenv_pl.cli import GenEnvCLI
+    from genenv_pl.datamodule import GenEnvDataModule
+    from genenv_pl.module import GenEnvModule
+
+    os.chdir(tmp)
+    record = _Record()
+    cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, run=False,
+                    args=["--config", str(REPO / "configs/quickstart.yaml"),
+                          "--config", _override(tmp, cache, epochs, curriculum=curriculum), "--data.env", "known_odds",
+                          # one seed per level, levels 1-6: each epoch's six seeds are two of each kind
+                          "--data.env_args", json.dumps({"eval_per_level": 10, "seeds_per_level": 1}),
+                          "--model.eval_at_start", "false", "--trainer.limit_val_batches", "0", *args])
+    assert isinstance(cli.datamodule.env, KnownOdds)
+    cli.trainer.callbacks.append(record)
+    cli.trainer.fit(cli.model, cli.datamodule)
+    return cli, record
+
+
+def test_rwr_weights_have_mean_one_over_the_epochs_whole_update(tmp_path, cache):
+    """Every scored seed batch in band (k_min 0.5): R_env is exp(-0.5) for the always and never batches,
+    1 for the half ones. The update runs in steps of 3 samples; a sample's weight is exp(lam R) over its
+    mean on the epoch's whole update, not on its own step."""
+    cli, record = _fit(tmp_path, cache, 1, {"filtering_k": 0.5}, "--data.coevo.sim_batch_size", "3")
+    steps = record.sim[0]
+    assert len(steps) >= 2
+    r, w = torch.cat([b["r_env"] for b in steps]).double(), torch.cat([b["weights"] for b in steps]).double()
+    assert r.min().item() == pytest.approx(math.exp(-0.5)) and r.max().item() == pytest.approx(1.0)
+    assert len(r) == len(cli.datamodule.pools.env)  # the whole in-band set, in these steps
+    raw = torch.exp(cli.model.rwr.rwr_lambda * r)
+    assert torch.allclose(w, raw / raw.mean(), rtol=1e-5)
+    assert w.mean().item() == pytest.approx(1.0)
+    assert max(abs(b["weights"].mean().item() - 1.0) for b in steps) > 0.01  # no step has mean 1 on its own
