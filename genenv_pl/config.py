@@ -35,6 +35,9 @@ class RWRConfig:
     kl_cap: float | None = 0.05
     grad_clip: float = 1.0
     warmup_updates: int = 0  # linear lr warm-up over the first simulator updates
+    # Beyond the paper: samples drawn from D_env (with replacement, with their stored R_env) and added to
+    # each epoch's simulator update, in band or not this epoch; 0 (Algorithm 1): the epoch's own set only.
+    replay_per_epoch: int = 0
 
 
 @dataclass

@@ -105,3 +105,32 @@ def test_rwr_weights_have_mean_one_over_the_epochs_whole_update(tmp_path, cache)
     assert torch.allclose(w, raw / raw.mean(), rtol=1e-5)
     assert w.mean().item() == pytest.approx(1.0)
     assert max(abs(b["weights"].mean().item() - 1.0) for b in steps) > 0.01  # no step has mean 1 on its own
+
+
+def _texts(tokenizer, b: dict[str, torch.Tensor]) -> list[str]:
+    """The response text of each row of a simulator batch."""
+    return [tokenizer.decode(ids[m.bool()].tolist(), skip_special_tokens=True)
+            for ids, m in zip(b["input_ids"], b["response_mask"])]
+
+
+def test_d_env_replay_joins_the_simulator_update_with_its_stored_r_env(tmp_path, cache):
+    """rwr.replay_per_epoch 3: from the second epoch on, the simulator's update holds the epoch's in-band
+    samples plus 3 drawn from D_env (its earlier epochs), which carry their stored R_env into the weights
+    (normalized over the whole update), have no sampling log-probs, and are not added to D_env again."""
+    cli, record = _fit(tmp_path, cache, 2, {"filtering_k": 0.5}, "--model.rwr.replay_per_epoch", "3")
+    tokenizer, lam, d_env = cli.model.simulator.tokenizer, cli.model.rwr.rwr_lambda, cli.datamodule.pools.env
+    stored = {(e["text"], e["r_env"]) for e in d_env if e["epoch"] == 0}
+    for epoch, steps in enumerate(record.sim):
+        own = [e for e in d_env if e["epoch"] == epoch]
+        rows = [(text, float(r), float(w), bool(torch.isnan(old[m.bool()]).all()))
+                for b in steps for text, r, w, old, m in zip(_texts(tokenizer, b), b["r_env"], b["weights"], b["old_logp"],
+                                                             b["response_mask"])]
+        replayed = [row for row in rows if row[3]]
+        assert len(replayed) == (3 if epoch else 0)  # D_env is empty when the first epoch draws
+        assert all(any(text == t and r == pytest.approx(s) for t, s in stored) for text, r, _, _ in replayed)
+        assert sorted(text for text, _, _, nan in rows if not nan) == sorted(e["text"] for e in own)
+        r, w = torch.tensor([row[1] for row in rows], dtype=torch.float64), torch.tensor([row[2] for row in rows])
+        raw = torch.exp(lam * r)
+        assert torch.allclose(w.double(), raw / raw.mean(), rtol=1e-5)
+    assert {e["epoch"] for e in d_env} == {0, 1}
+
