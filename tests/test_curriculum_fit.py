@@ -134,3 +134,38 @@ def test_d_env_replay_joins_the_simulator_update_with_its_stored_r_env(tmp_path,
         assert torch.allclose(w.double(), raw / raw.mean(), rtol=1e-5)
     assert {e["epoch"] for e in d_env} == {0, 1}
 
+
+def test_alpha_curriculum_path_on_known_success_odds(tmp_path, cache):
+    """Two epochs at alpha 0.5, k_min 0.1: always-solved seed batches (p_hat 1) and never-solved ones
+    (p_hat 0) stay out of band, half-solved ones (0.5) are in. Per seed batch, p_hat = successes / (K_valid G)
+    and R_env = exp(-beta (p_hat - alpha)^2); the simulator trains on exactly the in-band batches'
+    generations, each with its batch's R_env and a weight of mean 1, and D_env holds exactly those."""
+    alpha, beta, k_min = 0.5, 2.0, 0.1
+    cli, record = _fit(tmp_path, cache, 2, {"alpha": alpha, "beta": beta, "filtering_k": k_min})
+    rewards = {"always": [1.0] * G, "never": [0.0] * G, "half": [1.0, 0.0] * (G // 2)}
+    n_steps = 0
+    for epoch, (stats, steps) in enumerate(zip(record.rounds, record.sim)):
+        kinds = [b.seed.meta["kind"] for b in stats.batches]
+        assert sorted(kinds) == sorted(KnownOdds.KINDS * 2)  # the six seeds, two of each kind
+        for i, (b, kind) in enumerate(zip(stats.batches, kinds)):
+            groups = [g for g in stats.groups if g.seed_index == i]
+            assert b.tasks and sorted(g.task.id for g in groups) == sorted(t.id for t in b.tasks)  # K_valid tasks
+            assert all(g.rewards == rewards[kind] for g in groups)
+            successes = sum(s for g in groups for s in g.successes)
+            assert b.p_hat == successes / (len(b.tasks) * G) == KnownOdds.P_HAT[kind]
+            assert b.r_env == pytest.approx(math.exp(-beta * (b.p_hat - alpha) ** 2))
+            assert b.in_band == (abs(b.p_hat - alpha) <= k_min) == (kind == "half")
+
+        in_band = [(b, g) for b in stats.batches if b.in_band for g in b.task_generations]
+        # The epoch's simulator update: each in-band generation once, as sampled, with its batch's R_env.
+        rows = Counter((tuple(ids[a.bool()].tolist()), round(float(r), 6))
+                       for s in steps for ids, a, r in zip(s["input_ids"], s["attention_mask"], s["r_env"]))
+        assert rows == Counter((tuple(g.prompt_ids + g.response_ids), round(b.r_env, 6)) for b, g in in_band)
+        weights = torch.cat([s["weights"] for s in steps])
+        assert weights.mean().item() == pytest.approx(1.0)
+        n_steps += len(steps)
+        # D_env: exactly those samples, with their scores.
+        d_env = [(e["seed_id"], e["prompt"], e["text"], e["p_hat"], e["r_env"])
+                 for e in cli.datamodule.pools.env if e["epoch"] == epoch]
+        assert Counter(d_env) == Counter((b.seed.id, b.prompt, g.text, b.p_hat, b.r_env) for b, g in in_band)
+    assert n_steps >= 2 and cli.model.counters["sim_updates"] + cli.model.counters["sim_skipped_kl"] == n_steps
