@@ -23,11 +23,21 @@ class GRPOConfig:
 class RWRConfig:
     """Simulator update (GenEnv section 2, step 8): reward-weighted regression on in-band samples."""
 
-    rwr_lambda: float = 1.0  # w ∝ exp(lambda * R_env), normalized to mean 1 over the update
+    rwr_lambda: float = 1.0  # w ∝ exp(lambda * R_env), normalized to mean 1 over the epoch's update (all steps and ranks)
     kl_coef: float = 0.1  # KL penalty to the initial simulator
-    kl_cap: float = 0.05  # skip a simulator step once its KL to the generating policy exceeds this
+    # The paper's cap on each update: after every simulator step, the mean per-token KL (low_var_kl)
+    # between the simulator before and after that step, on the response tokens of its batch (all ranks'
+    # batches together). A step past the cap is undone, parameters and optimizer state restored, and
+    # counted in sim/skipped_kl. Undone, not scaled back: under Adam the KL of a scaled step is not known
+    # without more forward passes (a search that could still overshoot), and the rejected step must not
+    # stay in Adam's moments either. The price is a copy of the trainable parameters (LoRA: the adapter)
+    # and their optimizer state at each step; None turns the cap, and the copy, off.
+    kl_cap: float | None = 0.05
     grad_clip: float = 1.0
     warmup_updates: int = 0  # linear lr warm-up over the first simulator updates
+    # Beyond the paper: samples drawn from D_env (with replacement, with their stored R_env) and added to
+    # each epoch's simulator update, in band or not this epoch; 0 (Algorithm 1): the epoch's own set only.
+    replay_per_epoch: int = 0
 
 
 @dataclass

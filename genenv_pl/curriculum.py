@@ -24,13 +24,17 @@ def in_band(p_hat: Tensor, alpha: float = 0.5, k_min: float = 0.1) -> Tensor:
     return (p_hat - alpha).abs() <= k_min + 1e-6
 
 
-def rwr_weights(r_env: Tensor, lam: float = 1.0) -> Tensor:
-    """Reward-weighted regression weights w_i = exp(lam R_i) / mean_j exp(lam R_j) (mean 1).
+def rwr_weights(r_env: Tensor, lam: float = 1.0, over: Tensor | None = None) -> Tensor:
+    """Reward-weighted regression weights w_i = exp(lam R_i) / mean_j exp(lam R_j), the mean taken over
+    the set `over` that r_env is part of (default: r_env itself): mean 1 over that whole set, so that an
+    update split into steps weighs each sample as the whole update would.
 
-    Computed through softmax so large lam * R cannot overflow."""
+    exp is taken of lam R - max(lam R) so large lam * R cannot overflow."""
     if r_env.numel() == 0:
         return r_env.float()
-    return torch.softmax(lam * r_env.float(), dim=0) * r_env.numel()
+    over = r_env if over is None or over.numel() == 0 else over
+    scaled, top = lam * r_env.float(), (lam * over.float()).max()
+    return torch.exp(scaled - top) / torch.exp(lam * over.float() - top).mean()
 
 
 def conditioning_slope(buckets: Tensor, deltas: Tensor) -> Tensor:

@@ -7,6 +7,7 @@ the epoch's update steps; GenEnvModule.training_step turns each into optimizer s
 """
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -16,10 +17,11 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from genenv_pl.backends.base import Generation
 from genenv_pl.batching import pack
 from genenv_pl.coevo import Group, SeedBatch, generate_tasks, rollout
 from genenv_pl.config import CoevoConfig
-from genenv_pl.curriculum import success_rate
+from genenv_pl.curriculum import rwr_weights, success_rate
 from genenv_pl.distributed import RankSync
 from genenv_pl.envs import Environment, Task, make_env
 from genenv_pl.losses import group_advantages
@@ -133,6 +135,8 @@ class GenEnvDataModule(L.LightningDataModule):
             seeds = self.rng.sample(seeds_all, k=min(cfg.seeds_per_epoch, len(seeds_all)))
         planned += [(t, "base") for t in self.rng.sample(seeds_all, k=min(cfg.base_tasks_per_epoch, len(seeds_all)))]
         planned += [(t, "replay") for t in self.pools.sample_train_tasks(self.rng, cfg.replay_tasks_per_epoch)]
+        trains_simulator = cfg.variant in ("genenv", "no-band")
+        env_replay = self.pools.sample_env(self.rng, module.rwr.replay_per_epoch) if trains_simulator else []
         # Step order is shuffled per rank; drawn here so that the shared rng stays identical on all ranks.
         step_rng = random.Random(self.rng.getrandbits(64) + sync.rank) if sync.distributed else self.rng
         batches = [] if cfg.variant == "static" else self._generate_sharded(module, seeds, self.success_rates, sim_params,
@@ -169,9 +173,10 @@ class GenEnvDataModule(L.LightningDataModule):
             for g in groups:
                 if g.source == "fresh":
                     new.add_train(epoch, g.task, g.rewards, [r.text for r in g.rollouts] if cfg.keep_rollout_text else None)
-            sim_samples = _simulator_samples(batches, cfg.difficulty_unit) if cfg.variant in ("genenv", "no-band") else []
+            sim_samples = _simulator_samples(batches, cfg.difficulty_unit) if trains_simulator else []
             for s in sim_samples:
                 new.add_env(epoch, s.batch.seed.id, s.batch.prompt, s.generation.text, s.p_hat, s.r_env)
+            sim_samples += [_replayed(module.simulator, e) for e in sync.shard(env_replay)]  # (not added to D_env again)
 
             steps, zero_std_frac = self._build_steps(groups, sim_samples, module.agent.pad_id, module.simulator.pad_id,
                                                      step_rng, adv_eps=module.grpo.adv_eps)
@@ -191,6 +196,12 @@ class GenEnvDataModule(L.LightningDataModule):
             all_batches += part["batches"]
             all_groups += [g if g.seed_index is None or not offset else replace(g, seed_index=g.seed_index + offset)
                            for g in part["groups"]]
+        # RWR weights: mean 1 over the epoch's whole simulator update, every rank's in-band samples (as
+        # Algorithm 1 weighs the epoch's set) and the D_env replay, not over each step's chunk on its own.
+        update_r_env = torch.tensor([e["r_env"] for part in parts for e in part["env"]] + [e["r_env"] for e in env_replay])
+        for step in steps:
+            if step["sim"] is not None:
+                step["sim"]["weights"] = rwr_weights(step["sim"]["r_env"], module.rwr.rwr_lambda, over=update_r_env)
         self.tasks_seen += len(all_groups)
         zero_std_frac = sum(p["zero_std"] for p in parts) / max(len(all_groups), 1)
         gen_seconds = max(p["seconds"] for p in parts)
@@ -329,7 +340,7 @@ class GenEnvDataModule(L.LightningDataModule):
 class SimSample:
     """One simulator generation that enters the RWR update, with the difficulty score it earned."""
 
-    batch: SeedBatch
+    batch: SeedBatch | None  # None: replayed from D_env
     generation: Any
     p_hat: float
     r_env: float
@@ -342,6 +353,16 @@ def _simulator_samples(batches: list[SeedBatch], unit: str) -> list[SimSample]:
         return [SimSample(b, g, p, r) for b in batches
                 for g, p, r, ok in zip(b.task_generations, b.task_p_hat, b.task_r_env, b.task_in_band) if ok]
     return [SimSample(b, g, b.p_hat, b.r_env) for b in batches if b.in_band for g in b.task_generations]
+
+
+def _replayed(simulator, entry: dict[str, Any]) -> SimSample:
+    """A D_env entry as a sample of this epoch's simulator update, with its stored p_hat and R_env. Its
+    prompt and text are tokenized again (the text closed by EOS: only finished generations became tasks);
+    it has no sampling log-probs (NaN)."""
+    prompt_ids, response_ids = simulator.encode([entry["prompt"], entry["text"]])
+    response_ids = response_ids + [simulator.eos_id]
+    generation = Generation(prompt_ids, response_ids, entry["text"], [math.nan] * len(response_ids), True)
+    return SimSample(None, generation, entry["p_hat"], entry["r_env"])
 
 
 def _index(tasks: list[Task], task: Task) -> int:

@@ -20,10 +20,9 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from genenv_pl.backends import SamplingParams, make_backend
 from genenv_pl.config import GRPOConfig, RWRConfig
-from genenv_pl.curriculum import rwr_weights
 from genenv_pl.batching import pack
 from genenv_pl.distributed import RankSync, full_state_dict, shard_module, sharding
-from genenv_pl.losses import grpo_loss, low_var_kl, masked_mean, rwr_loss
+from genenv_pl.losses import grpo_loss, low_var_kl, rwr_loss
 from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base
 from genenv_pl.policy import Policy, causal_logprobs
 
@@ -192,7 +191,7 @@ class GenEnvModule(L.LightningModule):
         self._blank.add(who)
         policy = self.agent if who == "agent" else self.simulator
         blank = pack([[policy.pad_id]], [[policy.pad_id]], policy.pad_id, [[0.0]])
-        blank["advantages" if who == "agent" else "r_env"] = torch.zeros(1)
+        blank["advantages" if who == "agent" else "weights"] = torch.zeros(1)
         return {k: v.to(self.device) for k, v in blank.items()}
 
     def _agent_step(self, b: dict[str, torch.Tensor], opt, temperature: float) -> None:
@@ -214,28 +213,25 @@ class GenEnvModule(L.LightningModule):
         mask = b["response_mask"]
         logp, _ = self.simulator.token_logprobs(b["input_ids"], b["attention_mask"], temperature, response_mask=mask,
                                                 share_prompts=self._share_prompts)
-        # KL per update, measured against the policy that generated these samples this epoch.
-        update_kl = masked_mean(low_var_kl(b["old_logp"], logp.detach()), mask)
-        self.log("sim/update_kl", update_kl, on_step=False, on_epoch=True, batch_size=1)
-        if self._over_kl_cap(update_kl):
-            self.counters["sim_skipped_kl"] += 1
-            self.log("sim/skipped_kl", float(self.counters["sim_skipped_kl"]), on_step=False, on_epoch=True, reduce_fx="max",
-                     batch_size=1)
-            return
         logp_ref = self._ref_logprobs(self.simulator, self.sim_ref, b, temperature) if self.rwr.kl_coef > 0 else None
-        t = rwr_loss(logp, logp_ref, rwr_weights(b["r_env"], self.rwr.rwr_lambda), mask, self.rwr.kl_coef)
-        if not self._optimize("sim", t.loss, opt, self.rwr.grad_clip, scheduler=1):
+        t = rwr_loss(logp, logp_ref, b["weights"], mask, self.rwr.kl_coef)
+        before = logp.detach()
+        if not self._optimize("sim", t.loss, opt, self.rwr.grad_clip, scheduler=1,
+                              kl_of_update=lambda: self._kl_of_update(before, b, temperature)):
             return
         self.log_dict({"sim/loss": t.loss.detach(), "sim/nll": t.nll.detach(), "sim/kl": t.kl.detach()},
                       on_step=False, on_epoch=True, batch_size=int(b["input_ids"].shape[0]))
 
-    def _optimize(self, who: str, loss: torch.Tensor | None, opt, grad_clip: float, scheduler: int) -> bool:
-        """One optimizer step on `loss`; a non-finite loss skips the step (counted, logged).
+    def _optimize(self, who: str, loss: torch.Tensor | None, opt, grad_clip: float, scheduler: int,
+                  kl_of_update=None) -> bool:
+        """One optimizer step on `loss`; a non-finite loss skips the step (counted, logged). The
+        simulator's step is undone if it moved the simulator past `rwr.kl_cap` (`_over_kl_cap`, with
+        `kl_of_update` measuring this rank's batch after the step).
 
         Several ranks: every rank comes here once per role and step (`_join`), with loss None when
         it has nothing to add. If any rank has a loss, all of them step together, so that their
         weights stay equal, and the losses are rescaled so that the gradient is the mean over the
-        ranks that contributed. DDP: a rank without a loss (no batch, KL cap, non-finite loss)
+        ranks that contributed. DDP: a rank without a loss (no batch, non-finite loss)
         back-propagates a zero through the policy's parameters, which keeps it in the same gradient
         all-reduce. FSDP: every rank ran the same forward passes (`_lockstep`); a blank batch's loss
         counts zero, and a non-finite loss on any rank skips the step on all of them.
@@ -272,7 +268,15 @@ class GenEnvModule(L.LightningModule):
             policy.model.clip_grad_norm_(grad_clip)
         else:
             self.clip_gradients(opt, gradient_clip_val=grad_clip, gradient_clip_algorithm="norm")
+        capped = who == "sim" and self.rwr.kl_cap is not None
+        snapshot = _snapshot(opt) if capped else None
         opt.step()
+        if capped and self._over_kl_cap(kl_of_update, own):
+            _restore(opt, snapshot)
+            self.counters["sim_skipped_kl"] += 1
+            self.log("sim/skipped_kl", float(self.counters["sim_skipped_kl"]), on_step=False, on_epoch=True, reduce_fx="max",
+                     batch_size=1)
+            return False
         self.backend.sync(policy)  # the generation engine samples from the new weights (vLLM; HF: no-op)
         self.lr_schedulers()[scheduler].step()
         self.counters[f"{who}_updates"] += 1
@@ -287,12 +291,30 @@ class GenEnvModule(L.LightningModule):
         ok = bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()) if grads else True
         return sync.sum(float(not ok)) == 0 if sync.distributed else ok
 
-    def _over_kl_cap(self, update_kl: torch.Tensor) -> bool:
-        """The simulator's KL cap. FSDP: a step is skipped on every rank or on none (the same
-        backward passes everywhere); one process and DDP: this rank's own decision."""
-        over = bool(update_kl > self.rwr.kl_cap) and "sim" not in self._blank
+    def _over_kl_cap(self, kl_of_update, own: bool) -> bool:
+        """Whether the simulator step just taken went past `rwr.kl_cap`: the mean per-token KL between
+        the simulator before and after it, over the response tokens of the step's batch. Several ranks:
+        the batch is all ranks' batches together (sums and counts all-reduced), so every rank takes the
+        same decision on the weights they share; a rank that added no loss of its own adds no tokens.
+        FSDP: every rank runs the measuring forward pass, blank batch or not (it gathers parameters)."""
+        kl_sum, n = kl_of_update() if kl_of_update is not None else (0.0, 0.0)
+        if not own:
+            kl_sum, n = 0.0, 0.0
         sync = RankSync(self.trainer)
-        return sync.sum(float(over)) > 0 if self._sharded and sync.distributed else over
+        if sync.distributed:
+            kl_sum, n = sync.sum(kl_sum), sync.sum(n)
+        kl = kl_sum / max(n, 1.0)
+        self.log("sim/update_kl", kl, on_step=False, on_epoch=True, batch_size=1)
+        return not kl <= self.rwr.kl_cap  # a NaN KL (weights gone non-finite) is past any cap
+
+    def _kl_of_update(self, logp_before: torch.Tensor, b: dict[str, torch.Tensor], temperature: float) -> tuple[float, float]:
+        """KL(before || after) of the simulator, estimated (low_var_kl) on the response tokens of `b`:
+        its sum over them and their number."""
+        mask = b["response_mask"]
+        with torch.no_grad():
+            after, _ = self.simulator.token_logprobs(b["input_ids"], b["attention_mask"], temperature, response_mask=mask,
+                                                     share_prompts=self._share_prompts)
+        return float((low_var_kl(logp_before, after) * mask).sum()), float(mask.sum())
 
     def _join(self, who: str, opt, grad_clip: float, scheduler: int) -> None:
         """Several ranks: a rank that did not reach `_optimize` for `who` in this step joins it now."""
@@ -433,6 +455,26 @@ def _check_strategy(strategy) -> None:
 def _zero_through(policy: Policy) -> torch.Tensor:
     """A zero loss whose gradient reaches every trainable parameter of `policy` (as zeros)."""
     return sum(p.sum() for p in policy.trainable_parameters()) * 0.0
+
+
+def _snapshot(opt) -> list[tuple[torch.Tensor, torch.Tensor, dict[str, Any] | None]]:
+    """Copies of what one step of `opt` changes: its parameters (LoRA: the adapter only) and their
+    optimizer state (Adam: step and moments; None before the first step)."""
+    opt = getattr(opt, "optimizer", opt)  # (Lightning's wrapper)
+    return [(p, p.detach().clone(), {k: v.clone() if torch.is_tensor(v) else copy.deepcopy(v) for k, v in opt.state[p].items()}
+             if p in opt.state else None) for g in opt.param_groups for p in g["params"]]
+
+
+def _restore(opt, snapshot) -> None:
+    """Undo the steps taken since `_snapshot`: the parameters and the optimizer state as they were."""
+    opt = getattr(opt, "optimizer", opt)
+    with torch.no_grad():
+        for p, value, state in snapshot:
+            p.copy_(value)
+            if state is None:
+                opt.state.pop(p, None)
+            else:
+                opt.state[p] = state
 
 
 def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

@@ -1,7 +1,9 @@
 """The accumulating data pools of GenEnv (section 2, step 9), saved in every checkpoint.
 
-D_train holds the valid generated tasks with the agent's rollouts and rewards; D_env holds the
-simulator samples used for its reward-weighted updates, with their weights."""
+D_train holds the valid generated tasks with the agent's rollouts and rewards (replayed to the agent
+with `coevo.replay_tasks_per_epoch`); D_env holds the simulator samples that entered its reward-weighted
+updates, with the p_hat and R_env that weighted them (replayed into the simulator's update with
+`rwr.replay_per_epoch`)."""
 from __future__ import annotations
 
 import random
@@ -26,6 +28,11 @@ class Pools:
         if not self.train or n <= 0:
             return []
         return [Task.from_dict(self.train[rng.randrange(len(self.train))]["task"]) for _ in range(n)]
+
+    def sample_env(self, rng: random.Random, n: int) -> list[dict[str, Any]]:
+        if not self.env or n <= 0:
+            return []
+        return [self.env[rng.randrange(len(self.env))] for _ in range(n)]
 
     def state_dict(self) -> dict[str, Any]:
         return {"train": self.train, "env": self.env}

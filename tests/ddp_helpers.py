@@ -60,6 +60,9 @@ class RankReport(L.Callback):
 
         datamodule.generate_tasks, datamodule.rollout = generate_tasks, rollout
 
+    def on_train_start(self, trainer, pl_module):
+        self.simulator_at_start = digest(pl_module.state_dict(), "simulator.")
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.global_rank == self.starve_rank and batch_idx == 0:
             batch["agent"] = None
@@ -77,6 +80,7 @@ class RankReport(L.Callback):
         report = {"rank": trainer.global_rank, "world_size": trainer.world_size, "seeds": self.seeds,
                   "fresh": self.fresh, "steps": self.steps, "empty_steps": self.empty_steps, "metrics": self.metrics,
                   "agent": digest(state, "agent."), "simulator": digest(state, "simulator."),
+                  "simulator_at_start": self.simulator_at_start,
                   "counters": pl_module.counters, "pools": [len(dm.pools.train), len(dm.pools.env)],
                   "success_rates": dm.success_rates}
         os.makedirs(self.out_dir, exist_ok=True)

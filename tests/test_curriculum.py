@@ -62,6 +62,15 @@ def test_rwr_weights_have_mean_one_and_follow_exp(r, lam):
     assert torch.allclose(w.double(), raw / raw.mean(), rtol=1e-5)
 
 
+def test_rwr_weights_of_a_part_are_normalized_over_the_whole_set():
+    # One simulator update split into steps: each step's weights are those of the whole update.
+    r = torch.tensor([0.0, 0.5, 1.0, 1.0, 0.2])
+    whole = rwr_weights(r, 2.0)
+    parts = torch.cat([rwr_weights(r[:2], 2.0, over=r), rwr_weights(r[2:], 2.0, over=r)])
+    assert torch.allclose(parts, whole)
+    assert parts.mean().item() == pytest.approx(1.0) and rwr_weights(r[:2], 2.0, over=r).mean().item() < 0.9
+
+
 def test_rwr_weights_order_and_empty():
     w = rwr_weights(torch.tensor([0.1, 0.5, 0.9]), 2.0)
     assert w[0] < w[1] < w[2]

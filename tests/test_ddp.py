@@ -135,6 +135,23 @@ def test_shared_base_under_ddp_keeps_both_adapters_equal_across_ranks(tmp_path, 
     assert any(".simulator." in k for k in ckpt["state_dict"] if k.startswith("agent."))
 
 
+def test_simulator_kl_cap_takes_one_decision_on_every_rank(tmp_path, cache):
+    """rwr.kl_cap under DDP: a step's KL is measured over both ranks' batches and every rank undoes the same
+    steps, a rank that only joins a step (its shard ran out of simulator batches) included. At lr 1 every
+    step is past the cap: the simulator ends as it started, on both ranks, with the same counters."""
+    reports = tmp_path / "reports"
+    callbacks = [{"class_path": "ddp_helpers.RankReport", "init_args": {"out_dir": str(reports)}}]
+    # 3 seeds: rank 0 has up to 8 simulator samples (two steps of 4), rank 1 up to 4 (one step).
+    rc, out, _ = _run(tmp_path, cache, 1, callbacks, *DDP, "--data.coevo.seeds_per_epoch", "3",
+                      "--data.coevo.sim_batch_size", "4", "--model.simulator_optimizer.init_args.lr", "1.0",
+                      "--model.eval_at_start", "false", "--trainer.limit_val_batches", "0", timeout=300)
+    assert rc == 0, out[-6000:]
+    r0, r1 = (json.loads((reports / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["counters"] == r1["counters"]
+    assert r0["counters"]["sim_skipped_kl"] >= 1 and r0["counters"]["sim_updates"] == 0
+    assert r0["simulator"] == r1["simulator"] == r0["simulator_at_start"] == r1["simulator_at_start"]
+
+
 def test_a_rank_failing_in_rollouts_stops_the_job_with_its_error(tmp_path, cache):
     callbacks = [{"class_path": "ddp_helpers.FailRollouts", "init_args": {"rank": 1}}]
     # The strategy as a class with a collective timeout (README, "Scaling out"): the bound for a rank

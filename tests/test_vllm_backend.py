@@ -246,28 +246,6 @@ def test_shared_base_policies_sync_only_their_own_adapter(env, cache, lora_sync)
 
 
 # ---- co-evolution runs (the quickstart config) -------------------------------------------------
-class _OldLogpCheck:
-    """At the first training step of each epoch, before any update of that epoch, the log-probs the
-    backend reported while sampling must equal the training model's on the same tokens."""
-
-    def __init__(self):
-        self.diffs = []
-
-    def on_train_batch_start(self, trainer, module, batch, batch_idx):
-        if batch_idx != 0:
-            return
-        cfg = trainer.datamodule.cfg
-        for role, policy, temp in (("agent", module.agent, cfg.agent_sampling.temperature),
-                                   ("sim", module.simulator, cfg.sim_sampling.temperature)):
-            b = batch[role]
-            if b is None:
-                continue
-            with torch.no_grad():
-                logp, _ = policy.token_logprobs(b["input_ids"], b["attention_mask"], temp, response_mask=b["response_mask"])
-            m = b["response_mask"].bool()
-            self.diffs.append((trainer.current_epoch, role, float((logp - b["old_logp"])[m].abs().max())))
-
-
 def _scalars(log_root: Path) -> dict[str, list[tuple[int, float]]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -286,7 +264,7 @@ def _coevo_run(tmp: Path, cache: Path, backend: str, epochs: int):
     from genenv_pl.cli import GenEnvCLI
     from genenv_pl.datamodule import GenEnvDataModule
     from genenv_pl.module import GenEnvModule
-    from test_fit import REPO, _override
+    from test_fit import REPO, _OldLogpCheck, _override
 
     tmp.mkdir(parents=True, exist_ok=True)
     os.chdir(tmp)
