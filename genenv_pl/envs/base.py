@@ -50,6 +50,11 @@ class DataError(ValueError):
     """A malformed benchmark file or record; the message names the file and the record id."""
 
 
+class ConfigError(ValueError):
+    """Environment arguments that cannot work (e.g. a category that is not supported); the message
+    says why in one line, which the CLI prints without a traceback."""
+
+
 def read_jsonl(path: str, benchmark: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line of a JSON-lines benchmark file. A line that is
     not a JSON object raises DataError naming the benchmark, the file and the line."""
