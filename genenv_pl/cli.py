@@ -1,20 +1,37 @@
 """LightningCLI wiring: the trainer defaults every GenEnv run needs."""
 from __future__ import annotations
 
+import argparse
 import glob
 import logging
 import os
 import zipfile
 
+from jsonargparse import DefaultHelpFormatter, set_parsing_settings
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_warn
 
+from genenv_pl.cli_help import backend_args_help, callbacks_help
 from genenv_pl.datamodule import GenEnvDataModule
 from genenv_pl.module import GenEnvModule
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+    """jsonargparse's help, with the line breaks of group descriptions kept (the backend-args and
+    callbacks lists below are laid out one argument per line)."""
+
+
 class GenEnvCLI(LightningCLI):
+    def __init__(self, *args, **kwargs):
+        # `fit --help` shows the docstring under each config dataclass field (LitGPT style).
+        set_parsing_settings(docstring_parse_attribute_docstrings=True)
+        super().__init__(*args, **kwargs)
+
+    def init_parser(self, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        return super().init_parser(**kwargs)
+
     def add_arguments_to_parser(self, parser) -> None:
         # The epoch's data is generated inside train_dataloader(), so it must be rebuilt every
         # epoch; validation runs the environment's held-out set; there is no sanity check to run.
@@ -22,6 +39,8 @@ class GenEnvCLI(LightningCLI):
             "trainer.reload_dataloaders_every_n_epochs": 1,
             "trainer.num_sanity_val_steps": 0,
         })
+        parser.add_argument_group("Backend args", description=backend_args_help())
+        parser.add_argument_group("GenEnv callbacks", description=callbacks_help())
 
     def before_fit(self) -> None:
         cfg = self.config_init[self.subcommand]
