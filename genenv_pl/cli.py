@@ -14,7 +14,16 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from genenv_pl.cli_help import backend_args_help, callbacks_help
 from genenv_pl.datamodule import GenEnvDataModule
+from genenv_pl.envs.base import ConfigError, DataError
 from genenv_pl.module import GenEnvModule
+from genenv_pl.preflight import gpu_problem, models_problem
+
+VERBOSE_ENV = "GENENV_VERBOSE"
+DATA_HELP = "see README, 'Benchmark data', for where to get each benchmark"
+
+
+class SetupError(RuntimeError):
+    """A setup problem with a one-line fix, raised with its traceback under --verbose."""
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
@@ -28,6 +37,15 @@ class GenEnvCLI(LightningCLI):
         set_parsing_settings(docstring_parse_attribute_docstrings=True)
         super().__init__(*args, **kwargs)
 
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        commands = LightningCLI.subcommands()
+        # Trainer.validate/test/predict's own `verbose` (print the results: left at its default, on)
+        # gives way to the --verbose of every subcommand here (tracebacks of setup errors).
+        for name in ("validate", "test", "predict"):
+            commands[name] = commands[name] | {"verbose"}
+        return commands
+
     def init_parser(self, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         return super().init_parser(**kwargs)
@@ -39,8 +57,41 @@ class GenEnvCLI(LightningCLI):
             "trainer.reload_dataloaders_every_n_epochs": 1,
             "trainer.num_sanity_val_steps": 0,
         })
+        parser.add_argument("--verbose", action="store_true",
+                            help=f"show the traceback of a setup error (or set {VERBOSE_ENV}=1); without it, "
+                                 "a config that cannot run (no GPU, a model that cannot be found, missing "
+                                 "benchmark data) stops with one line that says how to fix it")
         parser.add_argument_group("Backend args", description=backend_args_help())
         parser.add_argument_group("GenEnv callbacks", description=callbacks_help())
+
+    # ---- setup errors: one line with the fix, before any model is loaded --------------------------
+    def _run_config(self):
+        sub = self.config.get("subcommand")
+        return sub, (self.config[sub] if sub else self.config)
+
+    def fail(self, message: str, cause: BaseException | None = None):
+        _, cfg = self._run_config()
+        if cfg.get("verbose") or os.environ.get(VERBOSE_ENV, "") not in ("", "0"):
+            raise SetupError(message) from cause
+        raise SystemExit(f"error: {message} (--verbose or {VERBOSE_ENV}=1 for the traceback)")
+
+    def parse_arguments(self, parser, args) -> None:
+        super().parse_arguments(parser, args)
+        # checked here, before the seed is set and anything is built
+        sub, cfg = self._run_config()
+        roles = ["agent"] if sub in ("test", "validate", "predict") or cfg.model.shared_base else \
+            ["agent", "simulator"]  # (shared base: the simulator's base is the agent's)
+        problem = gpu_problem(cfg, sub or "fit") or models_problem(cfg, roles)
+        if problem:
+            self.fail(problem)
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except DataError as e:  # the environment reads its data when it is built, before any model
+            self.fail(str(e) if "README" in str(e) else f"{str(e).rstrip('.')}; {DATA_HELP}", e)
+        except ConfigError as e:
+            self.fail(str(e), e)
 
     def before_fit(self) -> None:
         cfg = self.config_init[self.subcommand]

@@ -83,7 +83,8 @@ def resolve_data_root(data_root: str | None, benchmark: str) -> str:
         )
     path = os.path.join(root, benchmark)
     if not os.path.isdir(path):
-        raise DataError(f"{benchmark}: data folder {path!r} does not exist (data_root={root!r}).")
+        raise DataError(f"{benchmark}: data folder {path!r} does not exist (data_root={root!r}); see README, "
+                        f"'Benchmark data', for what goes in it and where to get it")
     return path
 
 
