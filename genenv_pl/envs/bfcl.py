@@ -409,7 +409,6 @@ class BFCLEnv(Environment):
                 JSON schemas. Its output is a tenth as long (a few dozen tokens instead of
                 hundreds), which is what makes sampling a small simulator on a CPU practical.
         """
-        self.root = resolve_data_root(data_root, "bfcl")
         self.categories = list(categories) if categories else list(DEFAULT_CATEGORIES)
         refused = [c for c in self.categories if c in UNSUPPORTED]
         if refused:
@@ -420,6 +419,7 @@ class BFCLEnv(Environment):
             raise ConfigError(f"unknown BFCL categories {unknown}; supported: {list(SUPPORTED)}")
         if not 0.0 <= eval_fraction <= 1.0:
             raise ValueError("eval_fraction must be in [0, 1]")
+        self.root = resolve_data_root(data_root, "bfcl")
         self.eval_fraction, self.split_seed = eval_fraction, split_seed
         self.max_state_chars, self.max_seed_tools = max_state_chars, max_seed_tools
         if simulator_writes not in ("task", "request"):
