@@ -7,7 +7,8 @@ import logging
 import os
 import zipfile
 
-from jsonargparse import DefaultHelpFormatter, set_parsing_settings
+from jsonargparse import DefaultHelpFormatter, namespace_to_dict, set_parsing_settings
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_warn
@@ -31,10 +32,32 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
     callbacks lists below are laid out one argument per line)."""
 
 
+class GenEnvTrainer(Trainer):
+    """Lightning's Trainer plus `export`: LightningCLI builds a subcommand's arguments from the
+    Trainer method of that name, so this is where `python main.py export` gets its own."""
+
+    def export(self, model, datamodule=None, ckpt_path: str | None = None, out: str = "export") -> None:
+        """Write a checkpoint's agent and simulator as Hugging Face model folders (README, "Export").
+
+        Args:
+            ckpt_path: the run's Lightning checkpoint (e.g. checkpoints/<run>/last.ckpt); the
+                config must be the run's (its policies are rebuilt and the weights loaded strictly).
+            out: the folder to write: agent/ and simulator/ (model folders with the tokenizer), for
+                LoRA the adapters alone (and their base where it is not the published model),
+                genenv_export.json (the config, epoch and metrics).
+        """
+        from genenv_pl.export import export_checkpoint
+
+        manifest = export_checkpoint(model.agent_cfg, model.sim_cfg, model.shared_base, datamodule.env, model.cache_dir,
+                                     ckpt_path, out, getattr(self, "genenv_config", None))
+        print(f"[genenv] exported epoch {manifest['epoch']} of {ckpt_path} to {out}: {', '.join(sorted(os.listdir(out)))}")
+
+
 class GenEnvCLI(LightningCLI):
     def __init__(self, *args, **kwargs):
         # `fit --help` shows the docstring under each config dataclass field (LitGPT style).
         set_parsing_settings(docstring_parse_attribute_docstrings=True)
+        kwargs.setdefault("trainer_class", GenEnvTrainer)
         super().__init__(*args, **kwargs)
 
     @staticmethod
@@ -44,6 +67,7 @@ class GenEnvCLI(LightningCLI):
         # gives way to the --verbose of every subcommand here (tracebacks of setup errors).
         for name in ("validate", "test", "predict"):
             commands[name] = commands[name] | {"verbose"}
+        commands["export"] = {"model", "datamodule"}
         return commands
 
     def init_parser(self, **kwargs):
@@ -79,11 +103,22 @@ class GenEnvCLI(LightningCLI):
         super().parse_arguments(parser, args)
         # checked here, before the seed is set and anything is built
         sub, cfg = self._run_config()
+        if sub == "export":
+            self._prepare_export(cfg)
         roles = ["agent"] if sub in ("test", "validate", "predict") or cfg.model.shared_base else \
             ["agent", "simulator"]  # (shared base: the simulator's base is the agent's)
         problem = gpu_problem(cfg, sub or "fit") or models_problem(cfg, roles)
         if problem:
             self.fail(problem)
+
+    def _prepare_export(self, cfg) -> None:
+        # export reads a checkpoint and writes files: the run's GPU and logger settings do not apply
+        for key, value in {"accelerator": "cpu", "devices": 1, "num_nodes": 1, "strategy": "auto", "logger": False}.items():
+            cfg.trainer[key] = value
+        if not cfg.ckpt_path or not os.path.isfile(cfg.ckpt_path):
+            self.fail(f"export needs --ckpt_path, a Lightning checkpoint file (got {cfg.ckpt_path!r}); a sharded "
+                      "checkpoint folder (FSDP) is first consolidated into one file: python -m "
+                      "lightning.pytorch.utilities.consolidate_checkpoint <folder>")
 
     def instantiate_classes(self) -> None:
         try:
@@ -92,6 +127,12 @@ class GenEnvCLI(LightningCLI):
             self.fail(str(e) if "README" in str(e) else f"{str(e).rstrip('.')}; {DATA_HELP}", e)
         except ConfigError as e:
             self.fail(str(e), e)
+
+    def before_export(self) -> None:
+        run = namespace_to_dict(self.config["export"].clone())
+        for key in ("config", "ckpt_path", "out", "verbose"):  # the export command's own arguments
+            run.pop(key, None)
+        self.trainer.genenv_config = run
 
     def before_fit(self) -> None:
         cfg = self.config_init[self.subcommand]

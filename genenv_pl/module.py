@@ -417,6 +417,8 @@ class GenEnvModule(L.LightningModule):
     # ---- checkpoint ---------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["genenv_counters"] = dict(self.counters)
+        # the latest logged scalars (the epoch's coevo/agent/sim terms, the last val/*): `export` reports them
+        checkpoint["genenv_metrics"] = {k: float(v) for k, v in self.trainer.callback_metrics.items() if v.numel() == 1}
 
 
 
