@@ -13,13 +13,15 @@ from genenv_pl.curriculum import alpha_reward, in_band
 
 
 class AlphaCurriculumCallback(L.Callback):
+    """R_env = exp(-beta (p_hat - alpha)^2) for each seed batch, the |p_hat - alpha| <= k_min band, alpha-zone metrics."""
+
     def __init__(self, alpha: float = 0.5, beta: float = 2.0, filtering_k: float = 0.1, print_every_n_epochs: int = 1):
         """
         Args:
             alpha: target success rate of generated tasks (the paper's 0.5).
             beta: sharpness of R_env = exp(-beta (p_hat - alpha)^2); the paper leaves it open, the
                 reference config declares 2.0.
-            filtering_k: k_min; seed batches with |p_hat - alpha| > k_min skip the simulator update.
+            filtering_k: k_min; seed batches with |p_hat - alpha| > k_min skip the simulator update (the paper's 0.1).
             print_every_n_epochs: how often to print a one-line epoch summary (0: never).
         """
         super().__init__()

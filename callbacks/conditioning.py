@@ -47,6 +47,8 @@ def probe_conditioning(env: Environment, generate, seeds: list[Task], success_ra
 
 
 class SimulatorConditioningCallback(L.Callback):
+    """Probes whether the simulator writes harder tasks when its prompt shows a higher success rate."""
+
     def __init__(self, every_n_epochs: int = 25, num_probe_seeds: int = 12, samples_per_prompt: int = 8,
                  success_rates: list[float] | None = None):
         """

@@ -8,9 +8,14 @@ from lightning.pytorch.utilities import rank_zero_info
 
 
 class RolloutProgress(L.Callback):
+    """Reports a generation phase (simulate / rollout) when it starts and, if it was long, how long it took."""
+
     def __init__(self, min_seconds: float = 5.0):
-        """Reports a phase (simulate / rollout) when it starts, and when it took at least
-        `min_seconds`, how long it took; short phases of tiny models stay silent."""
+        """
+        Args:
+            min_seconds: report a phase's duration when it took at least this many seconds; short
+                phases of tiny models stay silent.
+        """
         super().__init__()
         self.min_seconds = min_seconds
         self._start: dict[str, float] = {}

@@ -10,7 +10,14 @@ def _cell(s: str, n: int = 160) -> str:
 
 
 class SampleTableCallback(L.Callback):
+    """Markdown tables in TensorBoard: seeds with what the simulator wrote, tasks with the agent's answers."""
+
     def __init__(self, every_n_epochs: int = 10, max_rows: int = 8):
+        """
+        Args:
+            every_n_epochs: write the tables after every this many epochs.
+            max_rows: seed batches (two generations each) and agent groups per table.
+        """
         super().__init__()
         self.every_n_epochs = every_n_epochs
         self.max_rows = max_rows

@@ -1,20 +1,79 @@
 """LightningCLI wiring: the trainer defaults every GenEnv run needs."""
 from __future__ import annotations
 
+import argparse
 import glob
 import logging
 import os
 import zipfile
 
+from jsonargparse import DefaultHelpFormatter, namespace_to_dict, set_parsing_settings
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_warn
 
+from genenv_pl.cli_help import backend_args_help, callbacks_help
 from genenv_pl.datamodule import GenEnvDataModule
+from genenv_pl.envs.base import ConfigError, DataError
 from genenv_pl.module import GenEnvModule
+from genenv_pl.preflight import gpu_problem, models_problem
+
+VERBOSE_ENV = "GENENV_VERBOSE"
+DATA_HELP = "see README, 'Benchmark data', for where to get each benchmark"
+
+
+class SetupError(RuntimeError):
+    """A setup problem with a one-line fix, raised with its traceback under --verbose."""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+    """jsonargparse's help, with the line breaks of group descriptions kept (the backend-args and
+    callbacks lists below are laid out one argument per line)."""
+
+
+class GenEnvTrainer(Trainer):
+    """Lightning's Trainer plus `export`: LightningCLI builds a subcommand's arguments from the
+    Trainer method of that name, so this is where `python main.py export` gets its own."""
+
+    def export(self, model, datamodule=None, ckpt_path: str | None = None, out: str = "export") -> None:
+        """Write a checkpoint's agent and simulator as Hugging Face model folders (README, "Export").
+
+        Args:
+            ckpt_path: the run's Lightning checkpoint (e.g. checkpoints/<run>/last.ckpt); the
+                config must be the run's (its policies are rebuilt and the weights loaded strictly).
+            out: the folder to write: agent/ and simulator/ (model folders with the tokenizer), for
+                LoRA the adapters alone (and their base where it is not the published model),
+                genenv_export.json (the config, epoch and metrics).
+        """
+        from genenv_pl.export import export_checkpoint
+
+        manifest = export_checkpoint(model.agent_cfg, model.sim_cfg, model.shared_base, datamodule.env, model.cache_dir,
+                                     ckpt_path, out, getattr(self, "genenv_config", None))
+        print(f"[genenv] exported epoch {manifest['epoch']} of {ckpt_path} to {out}: {', '.join(sorted(os.listdir(out)))}")
 
 
 class GenEnvCLI(LightningCLI):
+    def __init__(self, *args, **kwargs):
+        # `fit --help` shows the docstring under each config dataclass field (LitGPT style).
+        set_parsing_settings(docstring_parse_attribute_docstrings=True)
+        kwargs.setdefault("trainer_class", GenEnvTrainer)
+        super().__init__(*args, **kwargs)
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        commands = LightningCLI.subcommands()
+        # Trainer.validate/test/predict's own `verbose` (print the results: left at its default, on)
+        # gives way to the --verbose of every subcommand here (tracebacks of setup errors).
+        for name in ("validate", "test", "predict"):
+            commands[name] = commands[name] | {"verbose"}
+        commands["export"] = {"model", "datamodule"}
+        return commands
+
+    def init_parser(self, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        return super().init_parser(**kwargs)
+
     def add_arguments_to_parser(self, parser) -> None:
         # The epoch's data is generated inside train_dataloader(), so it must be rebuilt every
         # epoch; validation runs the environment's held-out set; there is no sanity check to run.
@@ -22,6 +81,58 @@ class GenEnvCLI(LightningCLI):
             "trainer.reload_dataloaders_every_n_epochs": 1,
             "trainer.num_sanity_val_steps": 0,
         })
+        parser.add_argument("--verbose", action="store_true",
+                            help=f"show the traceback of a setup error (or set {VERBOSE_ENV}=1); without it, "
+                                 "a config that cannot run (no GPU, a model that cannot be found, missing "
+                                 "benchmark data) stops with one line that says how to fix it")
+        parser.add_argument_group("Backend args", description=backend_args_help())
+        parser.add_argument_group("GenEnv callbacks", description=callbacks_help())
+
+    # ---- setup errors: one line with the fix, before any model is loaded --------------------------
+    def _run_config(self):
+        sub = self.config.get("subcommand")
+        return sub, (self.config[sub] if sub else self.config)
+
+    def fail(self, message: str, cause: BaseException | None = None):
+        _, cfg = self._run_config()
+        if cfg.get("verbose") or os.environ.get(VERBOSE_ENV, "") not in ("", "0"):
+            raise SetupError(message) from cause
+        raise SystemExit(f"error: {message} (--verbose or {VERBOSE_ENV}=1 for the traceback)")
+
+    def parse_arguments(self, parser, args) -> None:
+        super().parse_arguments(parser, args)
+        # checked here, before the seed is set and anything is built
+        sub, cfg = self._run_config()
+        if sub == "export":
+            self._prepare_export(cfg)
+        roles = ["agent"] if sub in ("test", "validate", "predict") or cfg.model.shared_base else \
+            ["agent", "simulator"]  # (shared base: the simulator's base is the agent's)
+        problem = gpu_problem(cfg, sub or "fit") or models_problem(cfg, roles)
+        if problem:
+            self.fail(problem)
+
+    def _prepare_export(self, cfg) -> None:
+        # export reads a checkpoint and writes files: the run's GPU and logger settings do not apply
+        for key, value in {"accelerator": "cpu", "devices": 1, "num_nodes": 1, "strategy": "auto", "logger": False}.items():
+            cfg.trainer[key] = value
+        if not cfg.ckpt_path or not os.path.isfile(cfg.ckpt_path):
+            self.fail(f"export needs --ckpt_path, a Lightning checkpoint file (got {cfg.ckpt_path!r}); a sharded "
+                      "checkpoint folder (FSDP) is first consolidated into one file: python -m "
+                      "lightning.pytorch.utilities.consolidate_checkpoint <folder>")
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except DataError as e:  # the environment reads its data when it is built, before any model
+            self.fail(str(e) if "README" in str(e) else f"{str(e).rstrip('.')}; {DATA_HELP}", e)
+        except ConfigError as e:
+            self.fail(str(e), e)
+
+    def before_export(self) -> None:
+        run = namespace_to_dict(self.config["export"].clone())
+        for key in ("config", "ckpt_path", "out", "verbose"):  # the export command's own arguments
+            run.pop(key, None)
+        self.trainer.genenv_config = run
 
     def before_fit(self) -> None:
         cfg = self.config_init[self.subcommand]

@@ -12,32 +12,42 @@ class GRPOConfig:
     """Agent update (GenEnv section 2, step 7). Defaults are the paper's."""
 
     clip_eps: float = 0.2
-    kl_coef: float = 0.001  # low_var_kl (k3) to the frozen initial agent; 0 drops the reference model
+    """Clip range of the probability ratio pi/pi_old in the surrogate, [1 - eps, 1 + eps]. Paper: 0.2."""
+    kl_coef: float = 0.001
+    """low_var_kl (k3) to the frozen initial agent, per token; 0 drops the reference model. Paper: 0.001."""
     entropy_coef: float = 0.001
+    """Weight of the entropy bonus (mean per response token, nats). Paper: 0.001."""
     grad_clip: float = 1.0
-    adv_eps: float = 1e-6  # A_i = (r_i - mean) / (std + adv_eps) within each group of G rollouts
-    warmup_updates: int = 0  # linear lr warm-up over the first agent updates (Adam's first steps are large)
+    """Largest global L2 norm of the agent's gradient per update. Paper: 1.0."""
+    adv_eps: float = 1e-6
+    """A_i = (r_i - mean) / (std + adv_eps) within each group of G rollouts."""
+    warmup_updates: int = 0
+    """Linear lr warm-up over the first agent updates (Adam's first steps are large), in optimizer steps; 0: none."""
 
 
 @dataclass
 class RWRConfig:
     """Simulator update (GenEnv section 2, step 8): reward-weighted regression on in-band samples."""
 
-    rwr_lambda: float = 1.0  # w ∝ exp(lambda * R_env), normalized to mean 1 over the epoch's update (all steps and ranks)
-    kl_coef: float = 0.1  # KL penalty to the initial simulator
-    # The paper's cap on each update: after every simulator step, the mean per-token KL (low_var_kl)
-    # between the simulator before and after that step, on the response tokens of its batch (all ranks'
-    # batches together). A step past the cap is undone, parameters and optimizer state restored, and
-    # counted in sim/skipped_kl. Undone, not scaled back: under Adam the KL of a scaled step is not known
-    # without more forward passes (a search that could still overshoot), and the rejected step must not
-    # stay in Adam's moments either. The price is a copy of the trainable parameters (LoRA: the adapter)
-    # and their optimizer state at each step; None turns the cap, and the copy, off.
+    rwr_lambda: float = 1.0
+    """w ∝ exp(lambda * R_env), normalized to mean 1 over the epoch's update (all steps and ranks)."""
+    kl_coef: float = 0.1
+    """KL penalty to the initial simulator (low_var_kl per token)."""
     kl_cap: float | None = 0.05
+    """The paper's cap on each update: after every simulator step, the mean per-token KL (low_var_kl)
+    between the simulator before and after that step, on the response tokens of its batch (all ranks'
+    batches together). A step past the cap is undone, parameters and optimizer state restored, and
+    counted in sim/skipped_kl. Undone, not scaled back: under Adam the KL of a scaled step is not known
+    without more forward passes (a search that could still overshoot), and the rejected step must not
+    stay in Adam's moments either. The price is a copy of the trainable parameters (LoRA: the adapter)
+    and their optimizer state at each step; None turns the cap, and the copy, off."""
     grad_clip: float = 1.0
-    warmup_updates: int = 0  # linear lr warm-up over the first simulator updates
-    # Beyond the paper: samples drawn from D_env (with replacement, with their stored R_env) and added to
-    # each epoch's simulator update, in band or not this epoch; 0 (Algorithm 1): the epoch's own set only.
+    """Largest global L2 norm of the simulator's gradient per update."""
+    warmup_updates: int = 0
+    """Linear lr warm-up over the first simulator updates, in optimizer steps; 0: none."""
     replay_per_epoch: int = 0
+    """Beyond the paper: samples drawn from D_env (with replacement, with their stored R_env) and added to
+    each epoch's simulator update, in band or not this epoch; 0 (Algorithm 1): the epoch's own set only."""
 
 
 @dataclass
@@ -45,31 +55,47 @@ class CoevoConfig:
     """One co-evolution epoch: seeds -> K variations -> G rollouts each -> updates."""
 
     seeds_per_epoch: int = 64
-    num_generations_per_prompt: int = 4  # K: simulator variations per seed
-    group_size: int = 8  # G: agent rollouts per task
-    base_tasks_per_epoch: int = 0  # seed tasks the agent also trains on each epoch
-    replay_tasks_per_epoch: int = 0  # tasks replayed from the D_train pool each epoch
-    agent_batch_size: int = 64  # tasks (groups of G rollouts) per agent optimizer step
-    sim_batch_size: int = 256  # simulator samples per simulator optimizer step
-    drop_zero_std_groups: bool = False  # skip groups with equal rewards (no advantage; saves compute)
-    success_ema: float = 0.5  # smoothing of each seed's success rate shown to the simulator
-    # The paper's ablations, one line each: "genenv" (full method); "genenv-random" (the simulator
-    # generates every epoch but never learns); "static" (K variations of every seed generated once
-    # before training, then plain GRPO on that fixed set); "no-band" (every scored seed batch trains
-    # the simulator, no |p_hat - alpha| filter). The alpha sweep is the curriculum callback's `alpha`.
+    """Seed tasks the simulator writes variations of each epoch (per rank)."""
+    num_generations_per_prompt: int = 4
+    """K: simulator variations per seed. Paper: 4."""
+    group_size: int = 8
+    """G: agent rollouts per task. Paper: 8."""
+    base_tasks_per_epoch: int = 0
+    """Seed tasks the agent also trains on each epoch."""
+    replay_tasks_per_epoch: int = 0
+    """Tasks replayed from the D_train pool each epoch."""
+    agent_batch_size: int = 64
+    """Tasks (groups of G rollouts) per agent optimizer step, per rank. Paper: 64 in all."""
+    sim_batch_size: int = 256
+    """Simulator samples per simulator optimizer step, per rank."""
+    drop_zero_std_groups: bool = False
+    """Skip groups with equal rewards (no advantage; saves compute)."""
+    success_ema: float = 0.5
+    """Smoothing of each seed's success rate shown to the simulator (weight of the old value, 0-1)."""
     variant: Literal["genenv", "genenv-random", "static", "no-band"] = "genenv"
-    # What one difficulty estimate p_hat covers. "seed_batch" (the paper): all K_valid * G rollouts of
-    # a seed's variations; R_env and the band apply to the whole batch, so one trivial and one
-    # impossible variation average to p_hat = 0.5 and both train the simulator. "task" (beyond the
-    # paper): each variation is scored by its own G rollouts and enters the simulator update alone.
+    """The paper's ablations, one line each: "genenv" (full method); "genenv-random" (the simulator
+    generates every epoch but never learns); "static" (K variations of every seed generated once
+    before training, then plain GRPO on that fixed set); "no-band" (every scored seed batch trains
+    the simulator, no |p_hat - alpha| filter). The alpha sweep is the curriculum callback's `alpha`."""
     difficulty_unit: Literal["seed_batch", "task"] = "seed_batch"
+    """What one difficulty estimate p_hat covers. "seed_batch" (the paper): all K_valid * G rollouts of
+    a seed's variations; R_env and the band apply to the whole batch, so one trivial and one
+    impossible variation average to p_hat = 0.5 and both train the simulator. "task" (beyond the
+    paper): each variation is scored by its own G rollouts and enters the simulator update alone."""
     agent_sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=256))
+    """How the agent samples its G rollouts per task."""
     sim_sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_new_tokens=512))
-    # Longest prompt + response in tokens (the paper: 9,000). A task or seed whose prompt leaves less
-    # than max_new_tokens is skipped, counted in coevo/overlong_tasks and coevo/invalid/overlong_prompt.
+    """How the simulator samples its K variations per seed."""
     max_seq_len: int | None = None
+    """Longest prompt + response in tokens (the paper: 9,000). A task or seed whose prompt leaves less
+    than max_new_tokens is skipped, counted in coevo/overlong_tasks and coevo/invalid/overlong_prompt."""
     eval_max_new_tokens: int = 256
+    """Tokens the agent may write per evaluation answer (greedy)."""
     eval_batch_size: int = 64
-    eval_limit_per_group: int | None = None  # evaluate only the first N tasks of each group (smoke runs)
-    eval_episodes: int = 0  # `test` also plays this many interactive episodes where the env has an engine (eval_batch_size at a time, in lockstep); -1: all
-    keep_rollout_text: bool = True  # store rollout texts in D_train (checkpoint size grows with it)
+    """Evaluation tasks per batch (greedy generation)."""
+    eval_limit_per_group: int | None = None
+    """Evaluate only the first N tasks of each group (smoke runs)."""
+    eval_episodes: int = 0
+    """`test` also plays this many interactive episodes where the env has an engine (eval_batch_size at a time, in lockstep); -1: all."""
+    keep_rollout_text: bool = True
+    """Store rollout texts in D_train (checkpoint size grows with it)."""

@@ -44,11 +44,12 @@ def _collate_tasks(items: list[dict]) -> list[Task]:
 
 class GenEnvDataModule(L.LightningDataModule):
     def __init__(self, env: str = "arithmetic", env_args: dict[str, Any] | None = None,
-                 coevo: CoevoConfig | None = None, seed: int = 0):
+                 coevo: CoevoConfig = CoevoConfig(), seed: int = 0):
         """
         Args:
             env: registered environment name (see genenv_pl/envs/__init__.py).
-            env_args: constructor arguments of that environment (data_root, splits, ...).
+            env_args: constructor arguments of that environment (data_root, splits, ...): the Args of
+                its class's docstring, e.g. `BFCLEnv` in genenv_pl/envs/bfcl.py.
             coevo: sizes of one co-evolution epoch and sampling settings.
             seed: seeds the choice of seed tasks, replay and step order.
         """

@@ -30,10 +30,10 @@ from genenv_pl.policy import Policy, causal_logprobs
 class GenEnvModule(L.LightningModule):
     def __init__(
         self,
-        agent: PolicyConfig | None = None,
-        simulator: PolicyConfig | None = None,
-        grpo: GRPOConfig | None = None,
-        rwr: RWRConfig | None = None,
+        agent: PolicyConfig = PolicyConfig(),
+        simulator: PolicyConfig = PolicyConfig(),
+        grpo: GRPOConfig = GRPOConfig(),
+        rwr: RWRConfig = RWRConfig(),
         agent_optimizer: OptimizerCallable | None = None,
         simulator_optimizer: OptimizerCallable | None = None,
         backend: str = "hf",
@@ -44,11 +44,16 @@ class GenEnvModule(L.LightningModule):
     ):
         """
         Args:
-            agent, simulator: how to build each policy (model, LoRA, warm start).
-            grpo: agent update settings; rwr: simulator update settings.
-            agent_optimizer, simulator_optimizer: optimizer classes with their args
-                (default AdamW at the paper's 7B learning rates, 1e-6 and 5e-7).
+            agent: how to build the agent (model, LoRA, warm start).
+            simulator: how to build the environment simulator (model, LoRA, warm start).
+            grpo: agent update settings (GRPO).
+            rwr: simulator update settings (reward-weighted regression).
+            agent_optimizer: the agent's optimizer class with its args (default AdamW at the
+                paper's 7B learning rate, 1e-6).
+            simulator_optimizer: the simulator's optimizer class with its args (default AdamW at
+                the paper's 7B learning rate, 5e-7).
             backend: generation backend, "hf" (in-process generate) or "vllm".
+            backend_args: keyword arguments of the backend (see "Backend args" below).
             cache_dir: where tiny tokenizers and warm-started models are cached.
             eval_at_start: log val/accuracy of the starting agent before any update.
             shared_base: one frozen base model with an agent and a simulator LoRA adapter, instead
@@ -434,6 +439,8 @@ class GenEnvModule(L.LightningModule):
     # ---- checkpoint ---------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["genenv_counters"] = dict(self.counters)
+        # the latest logged scalars (the epoch's coevo/agent/sim terms, the last val/*): `export` reports them
+        checkpoint["genenv_metrics"] = {k: float(v) for k, v in self.trainer.callback_metrics.items() if v.numel() == 1}
 
 
 

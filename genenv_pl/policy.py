@@ -20,9 +20,13 @@ class LoraSettings:
     """PEFT LoRA adapter on the policy. r=0 disables LoRA (full fine-tuning)."""
 
     r: int = 0
+    """Adapter rank; 0: no LoRA, the full weights train (as in the paper)."""
     alpha: int = 16
+    """LoRA scaling numerator: the update is (alpha / r) * B A."""
     dropout: float = 0.0
+    """Dropout on the adapter's input (probability)."""
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Names of the linear layers that get an adapter (Qwen2/Llama naming)."""
 
     def peft_config(self):
         from peft import LoraConfig

@@ -18,11 +18,18 @@ class WarmStartConfig:
     """Supervised warm start on environment-provided (prompt, target) pairs. steps=0 skips it."""
 
     steps: int = 0
+    """Optimizer steps of supervised fine-tuning before co-evolution; 0 skips the warm start (the paper
+    starts from instruct models instead)."""
     batch_size: int = 64
+    """(prompt, target) pairs per step."""
     lr: float = 3e-3
+    """Peak AdamW learning rate, decayed linearly to 5% of it over `steps`."""
     num_examples: int = 20000
+    """Examples drawn from the environment's warm-start data; steps sample from them with replacement."""
     seed: int = 0
-    warmup_steps: int = 50  # linear lr warm-up; short warm starts of pretrained models need fewer
+    """Seeds the examples drawn and their order."""
+    warmup_steps: int = 50
+    """Linear lr warm-up, in steps; short warm starts of pretrained models need fewer."""
 
 
 def warm_start(policy: Policy, examples: list[tuple[str, str]], cfg: WarmStartConfig, log_every: int = 100) -> list[float]:

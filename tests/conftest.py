@@ -6,6 +6,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # Benchmarks live outside the repo (users bring their own copy); tests and CI use the shared copy.
 os.environ.setdefault("GENENV_DATA_ROOT", str(REPO.parent / "shared" / "benchmarks"))
+# absolute: the Lightning-run tests chdir into their tmp folders, which a relative root would not survive
+os.environ["GENENV_DATA_ROOT"] = os.path.abspath(os.environ["GENENV_DATA_ROOT"])
 
 
 @pytest.fixture(scope="session")

@@ -402,11 +402,13 @@ def bfcl(data_root):
 
 @pytest.fixture(scope="module")
 def bfcl_seeds(bfcl):
-    """A few seeds of every scoring mode (simple, multiple, parallel, relevance, irrelevance, sequence)."""
-    by_mode: dict[str, list[Task]] = {}
+    """A few seeds of every scoring mode (simple, multiple, parallel, relevance, irrelevance, sequence),
+    and of the Java and JavaScript categories (arguments read as source text)."""
+    by_mode: dict[tuple, list[Task]] = {}
     for t in bfcl.seed_tasks() + bfcl.eval_tasks():
-        if len(by_mode.setdefault(t.data["mode"], [])) < 3:
-            by_mode[t.data["mode"]].append(t)
+        key = (t.data["mode"], t.data.get("language"))
+        if len(by_mode.setdefault(key, [])) < 3:
+            by_mode[key].append(t)
     return [t for ts in by_mode.values() for t in ts]
 
 

@@ -306,3 +306,56 @@ def test_coevolution_with_vllm_completes_and_compares_with_hf(tmp_path, cache):
     print(f"\nvLLM vs HF over {epochs} epochs: coevo/success_rate mean {mean['vllm']:.3f} vs {mean['hf']:.3f}; "
           f"starting val/accuracy {first['vllm']:.3f} vs {first['hf']:.3f}")
     assert abs(mean["vllm"] - mean["hf"]) < 0.25, mean
+
+
+_VLLM_GREEDY = """
+import json, sys
+from vllm import LLM, SamplingParams
+llm = LLM(model=sys.argv[1], dtype="float32", enforce_eager=True, max_model_len=256, kv_cache_memory_bytes=2**28, seed=0)
+prompts = [{"prompt_token_ids": ids} for ids in json.loads(sys.argv[2])]
+outs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0.0, logprobs=0))
+print("GREEDY " + json.dumps([[list(o.outputs[0].token_ids),
+                               [step[t].logprob for step, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)]]
+                              for o in outs]))
+"""
+
+
+def test_an_exported_agent_folder_loads_in_vllm_and_greedy_equals_hf(tmp_path):
+    """`main.py export` of a real fit (a LoRA agent, exported merged): vLLM loads the folder from its
+    files (in a process of its own, as `vllm serve` would); its greedy tokens equal HF's and so do
+    their log-probs (a random tiny model repeats tokens: the log-probs show the weights are the same)."""
+    import json
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from genenv_pl.cli import cli_main
+    from test_export import TINY, _run
+
+    policy = {"model": "tiny", "tiny": TINY, "lora": {"r": 4, "alpha": 8}, "warm_start": {"steps": 0}}
+    args = _run(tmp_path, agent=policy, simulator={**policy, "lora": {"r": 0}})
+    cli_main(["fit", *args])
+    out = tmp_path / "export"
+    cli_main(["export", *args, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"), "--out", str(out)])
+
+    tokenizer = AutoTokenizer.from_pretrained(out / "agent")
+    prompts = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    run = subprocess.run([sys.executable, "-c", _VLLM_GREEDY, str(out / "agent"), json.dumps(prompts)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    vllm_tokens = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("GREEDY "))[7:])
+    model = AutoModelForCausalLM.from_pretrained(out / "agent")
+    for ids, (got, got_logprobs) in zip(prompts, vllm_tokens):
+        with torch.no_grad():
+            hf = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                do_sample=False, max_new_tokens=8, pad_token_id=tokenizer.eos_token_id)[0, len(ids):]
+        hf = hf.tolist()
+        if tokenizer.eos_token_id in hf:  # HF pads after EOS; vLLM stops there
+            hf = hf[: hf.index(tokenizer.eos_token_id) + 1]
+        assert got == hf, (ids, got, hf)
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([ids + got])).logits[0].float(), -1)
+        hf_logprobs = [logp[len(ids) - 1 + i, t].item() for i, t in enumerate(got)]
+        assert max(abs(a - b) for a, b in zip(got_logprobs, hf_logprobs)) < TOL

@@ -14,11 +14,17 @@ class SamplingParams:
     """How to sample. `n` continuations per prompt; greedy ignores temperature and top_p."""
 
     max_new_tokens: int = 64
+    """Longest continuation, in tokens."""
     temperature: float = 1.0
+    """Softmax temperature (log-probs for training are computed at the same temperature). Paper: 1.0."""
     top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens with this much probability (1.0: off)."""
     n: int = 1
+    """Continuations per prompt (set by the trainer to K or G where it samples groups)."""
     greedy: bool = False
-    min_new_tokens: int = 0  # EOS masked before this many tokens (0: off; benchmarks use it for fixed-length rollouts)
+    """Argmax decoding; ignores temperature and top_p."""
+    min_new_tokens: int = 0
+    """EOS masked before this many tokens (0: off; benchmarks use it for fixed-length rollouts)."""
 
 
 @dataclass

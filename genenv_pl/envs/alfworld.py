@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from typing import Any
 
 from genenv_pl.envs.alfworld_game import (
+    GAMES_DIR,
     BatchPolicy,
     EpisodeReport,
     GameRef,
@@ -48,7 +50,7 @@ from genenv_pl.envs.alfworld_grammar import (
     parse_agent_output,
     parse_command,
 )
-from genenv_pl.envs.base import Environment, InvalidTask, Message, Task, resolve_data_root
+from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, resolve_data_root
 from genenv_pl.envs.text_metrics import strip_tag_blocks
 
 _MAX_TASK_CHARS = 16_000  # a generated step longer than this is rejected (prompt budget)
@@ -93,6 +95,11 @@ class ALFWorldEnv(Environment):
         split_salt: str = "alfworld-v1",
     ) -> None:
         self.root = resolve_data_root(data_root, "alfworld")
+        # games are listed lazily: a split folder that is not there would only show up as no tasks
+        missing = [f"{GAMES_DIR}/{s}" for s in dict.fromkeys((seed_split, *eval_splits))
+                   if not os.path.isdir(os.path.join(self.root, GAMES_DIR, s))]
+        if missing:
+            raise DataError(f"alfworld: data folder {self.root!r} is incomplete: {', '.join(missing)} missing")
         self.cache_dir = cache_dir
         self.seed_split = seed_split
         self.seed_fraction = seed_fraction

@@ -50,6 +50,11 @@ class DataError(ValueError):
     """A malformed benchmark file or record; the message names the file and the record id."""
 
 
+class ConfigError(ValueError):
+    """Environment arguments that cannot work (e.g. a category that is not supported); the message
+    says why in one line, which the CLI prints without a traceback."""
+
+
 def read_jsonl(path: str, benchmark: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line of a JSON-lines benchmark file. A line that is
     not a JSON object raises DataError naming the benchmark, the file and the line."""
@@ -78,7 +83,8 @@ def resolve_data_root(data_root: str | None, benchmark: str) -> str:
         )
     path = os.path.join(root, benchmark)
     if not os.path.isdir(path):
-        raise DataError(f"{benchmark}: data folder {path!r} does not exist (data_root={root!r}).")
+        raise DataError(f"{benchmark}: data folder {path!r} does not exist (data_root={root!r}); see README, "
+                        f"'Benchmark data', for what goes in it and where to get it")
     return path
 
 

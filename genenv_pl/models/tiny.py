@@ -20,12 +20,19 @@ class TinyModelSpec:
     """Shape of a from-scratch Qwen2 model (used when a policy's `model` is "tiny")."""
 
     hidden_size: int = 128
+    """Width of the residual stream."""
     num_layers: int = 4
+    """Decoder layers."""
     num_heads: int = 4
+    """Attention heads (head size = hidden_size / num_heads)."""
     num_kv_heads: int = 4
+    """Key/value heads (fewer than num_heads: grouped-query attention)."""
     intermediate_size: int = 384
+    """Width of each MLP's hidden layer."""
     max_position_embeddings: int = 512
-    tokenizer_vocab_size: int = 320  # byte alphabet (256) + specials + a few merges
+    """Longest sequence in tokens (RoPE positions)."""
+    tokenizer_vocab_size: int = 320
+    """Byte-level BPE vocabulary: byte alphabet (256) + specials + a few merges."""
 
 
 def train_tokenizer(corpus: list[str], vocab_size: int):

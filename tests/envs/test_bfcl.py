@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import random
+import re
 import sys
 import types
 from pathlib import Path
@@ -15,10 +16,11 @@ from typing import Any
 import pytest
 
 from genenv_pl.envs import make_env
-from genenv_pl.envs.base import DataError, InvalidTask, Task
+from genenv_pl.envs.base import ConfigError, DataError, InvalidTask, Task
 from genenv_pl.envs.bfcl import (
     ADDED_FUNCTIONS_PROMPT,
     AST_CATEGORIES,
+    LANGUAGE_CATEGORIES,
     MULTI_TURN_CATEGORIES,
     SUPPORTED,
     BFCLEnv,
@@ -51,10 +53,17 @@ def _load_reference_ast_checker():
 
 
 @pytest.fixture(scope="module")
-def reference_ast():
+def reference_checker():
+    """(ast_checker, model name), loaded once: a second load would find the module cached with the
+    one-entry registry and miss the real model name."""
+    return _load_reference_ast_checker()
+
+
+@pytest.fixture(scope="module")
+def reference_ast(reference_checker):
     from bfcl_eval.constants.enums import Language
 
-    checker, model_name = _load_reference_ast_checker()
+    checker, model_name = reference_checker
 
     def verdict(task: Task, calls: list[dict]) -> bool:
         out = [{c["name"]: c["parameters"]} for c in calls]
@@ -177,6 +186,85 @@ def test_ast_scorer_agrees_with_bfcl_eval(env: BFCLEnv, reference_ast) -> None:
     assert 0 < sum(fuzz) < len(fuzz)  # the random edits hit both outcomes
 
 
+# ---- Java and JavaScript vs bfcl-eval --------------------------------------------------------------
+
+def source_edits(value: Any, rng: random.Random) -> Any:
+    """Random rewrites of an argument's source text: other literal forms of the same value (quotes,
+    suffixes, spacing), other types, and non-string values (BFCL wants every argument as a string)."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    options = [text.upper(), f'"{text}"', f"'{text}'", text + "L", text + "f", text + "n", text.rstrip("Lfn"),
+               text.replace('"', "'"), text.replace(", ", ","), text.replace("{", "{ ").replace("}", " }"),
+               "true", "false", "1", "1.0", "-3", "null", "new int[]{1, 2}", '["a", "b"]', "{}",
+               "new ArrayList<>()", "new HashMap<>()", 1, True, None, [text]]
+    return rng.choice(options)
+
+
+def test_java_and_javascript_scorer_agrees_with_bfcl_eval(env: BFCLEnv, reference_checker) -> None:
+    """Every shipped simple_java / simple_javascript entry: BFCL's checker with Language.JAVA /
+    JAVASCRIPT and the declared types, against ours on the gold written as source text, systematic
+    perturbations and random rewrites of the text."""
+    from bfcl_eval.constants.enums import Language
+
+    checker, model_name = reference_checker
+    language = {"simple_java": Language.JAVA, "simple_javascript": Language.JAVASCRIPT}
+    rng = random.Random(0)
+    tasks = [t for t in env.seed_tasks() + env.eval_tasks() if t.group in LANGUAGE_CATEGORIES]
+    assert len(tasks) == 120  # all shipped entries: 80 Java, 40 JavaScript
+    verdicts: dict[str, list[bool]] = {}
+    for task in tasks:
+        d = task.data
+        # the agent's view: every parameter a string, the real type in its description
+        assert all(p["type"] == "string" for t in d["tools"] for p in t["parameters"]["properties"].values())
+        gold = env._gold_calls(d)
+        assert all(isinstance(v, str) for c in gold for v in c["parameters"].values())
+        cases = {"gold": gold, **perturbations(gold, d["tools"])}
+        # BFCL's collection readers search the text, so a suffix would not change the value: change a word inside
+        wrong = copy.deepcopy(gold)
+        (k, text), = list(wrong[0]["parameters"].items())[:1]
+        wrong[0]["parameters"][k] = re.sub(r"\w+", lambda m: m.group(0) + "zq", text, count=1)
+        cases["wrong_value"] = wrong
+        for j in range(6):
+            c = copy.deepcopy(gold)
+            for call in c:
+                for k in list(call["parameters"]):
+                    if rng.random() < 0.5:
+                        call["parameters"][k] = source_edits(call["parameters"][k], rng)
+            cases[f"fuzz{j}"] = c
+        for kind, calls in cases.items():
+            out = [{c["name"]: c["parameters"]} for c in calls]
+            ref = checker(copy.deepcopy(d["typed_tools"]), out, d["gold"], language[d["category"]], d["category"],
+                          model_name)["valid"]
+            ours = score(env, task, calls) == 1.0
+            assert ours == ref, (task.id, kind, calls)
+            verdicts.setdefault(kind.rstrip("0123456789"), []).append(ours)
+    # gold written as source text is correct except where BFCL's reader cannot produce the gold:
+    # simple_java_64 (a HashMap gold whose value is not a list of options) and simple_java_65 (an
+    # ArrayList of `any` read as strings against a gold holding booleans)
+    assert sum(not ok for ok in verdicts["gold"]) == 2
+    for kind in ("no_call", "wrong_function", "extra_param", "wrong_value", "missing_required"):
+        assert verdicts[kind] and not any(verdicts[kind]), kind
+    assert 0 < sum(verdicts["fuzz"]) < len(verdicts["fuzz"])  # the rewrites hit both outcomes
+
+
+def test_java_source_text_is_read_as_bfcl_reads_it(env: BFCLEnv) -> None:
+    """BFCL's reader, including its quirk: the elements of a Java Array of String keep their quotes."""
+    from genenv_pl.envs.bfcl_languages import read_argument
+
+    java = [("5L", {"type": "long"}, 5), ("5", {"type": "long"}, "5"), ("2.5f", {"type": "float"}, 2.5),
+            ("true", {"type": "boolean"}, True), ("new int[]{1, 2}", {"type": "Array", "items": {"type": "integer"}}, [1, 2]),
+            ('new String[]{"a"}', {"type": "Array", "items": {"type": "String"}}, ['"a"']),
+            ("new String[]{a}", {"type": "Array", "items": {"type": "String"}}, ["a"]),
+            ('new ArrayList<String>(Arrays.asList("a", "b"))', {"type": "ArrayList", "items": {"type": "String"}}, ["a", "b"]),
+            ('new HashMap<String, String>() {{ put("k", "v"); }}', {"type": "HashMap"}, {"k": "v"})]
+    for text, spec, value in java:
+        assert read_argument(text, spec, "java")[0] == value, text
+    js = [("'abc'", {"type": "String"}, "abc"), ("3.0", {"type": "float"}, 3.0), ("7n", {"type": "Bigint"}, 7),
+          ('["a", "b"]', {"type": "array", "items": {"type": "String"}}, ["a", "b"]),
+          ("{'method': 'GET', 'retry': true}", {"type": "dict"}, {"method": "GET", "retry": True})]
+    for text, spec, value in js:
+        assert read_argument(text, spec, "javascript")[0] == value, text
+
+
 # ---- multi-turn scorer vs bfcl-eval ----------------------------------------------------------------
 
 _model_names = itertools.count()
@@ -296,8 +384,16 @@ def test_split_is_disjoint_deterministic_and_by_entry(env: BFCLEnv, data_root: s
 def test_default_and_registry(data_root: str) -> None:
     env = make_env("bfcl", data_root=data_root)
     assert {t.group for t in env.seed_tasks() + env.eval_tasks()} == {"multi_turn_long_context"}
-    with pytest.raises(ValueError, match="simple_java"):
-        BFCLEnv(categories=["simple_java"])
+    with pytest.raises(ValueError, match="simple_jawa"):
+        BFCLEnv(categories=["simple_jawa"])
+
+
+@pytest.mark.parametrize("category, why", [("memory", "live memory backend"), ("web_search", "live web search")])
+def test_agentic_categories_are_refused_with_the_reason(category: str, why: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        BFCLEnv(categories=["simple_python", category])
+    message = str(refused.value)
+    assert category in message and why in message and "\n" not in message
 
 
 def test_tasks_are_json_and_well_formed(env: BFCLEnv) -> None:

@@ -1,0 +1,89 @@
+"""Checks on a parsed config before anything is built: the situations a new user meets first (the
+paper's GPU config on a CPU machine, a hub model name without a hub) as one line each with the fix,
+instead of a Lightning or transformers traceback minutes into the run."""
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from genenv_pl.models.factory import resolve_model_path
+
+REPO = Path(__file__).resolve().parents[1]
+_TRUE = {"1", "ON", "YES", "TRUE"}  # huggingface_hub's reading of its boolean environment variables
+
+
+def gpu_problem(cfg, subcommand: str) -> str | None:
+    """A config that asks for a GPU on a machine without one: name the CPU variant of the benchmark
+    config (an overlay: `configs/cpu/<env>.yaml`) or `--trainer.accelerator cpu`."""
+    import torch
+
+    accelerator = cfg.trainer.accelerator
+    if not (isinstance(accelerator, str) and accelerator.lower() in ("gpu", "cuda")) or torch.cuda.is_available():
+        return None
+    fix = "pass --trainer.accelerator cpu"
+    variant = REPO / "configs" / "cpu" / f"{cfg.data.env}.yaml"
+    given = [str(c) for c in (cfg.get("config") or [])]
+    if variant.is_file() and not any(Path(c).resolve() == variant for c in given):
+        command = " ".join(["python main.py", subcommand, *(f"--config {c}" for c in given),
+                            f"--config {os.path.relpath(variant)}"])
+        fix = f"run its CPU variant: {command} (or pass --trainer.accelerator cpu)"
+    return (f"this config asks for a GPU (trainer.accelerator: {accelerator}) and this machine has none "
+            f"(torch.cuda.is_available() is False); {fix}")
+
+
+def models_problem(cfg, roles: list[str]) -> str | None:
+    """Models that can be neither found locally nor downloaded, in one line that says how to pass
+    local folders instead."""
+    missing = {role: why for role in roles if (why := unavailable(cfg.model[role].model, cfg.model[role].gguf_file))}
+    if not missing:
+        return None
+    keys = " and ".join(f"model.{role}.model {cfg.model[role].model!r}" for role in missing)
+    whys = list(dict.fromkeys(missing.values()))
+    fix = " ".join(f"--model.{role}.model /path/to/model" for role in missing)
+    return f"{keys}: {'; '.join(whys)}; pass a local model folder: {fix}"
+
+
+def unavailable(model: str, gguf_file: str | None) -> str | None:
+    """Why `model` can be neither found locally nor downloaded (not "tiny", a folder, an installed
+    package with weights, or in the local Hugging Face cache, and the hub is off or out of reach),
+    or None when it can be loaded."""
+    if model == "tiny" or os.path.isdir(resolve_model_path(model)):
+        return None
+    if model.startswith(("/", ".", "~")) or model.count("/") > 1:
+        return "no such folder"
+    if _in_hf_cache(model, gguf_file or "config.json"):
+        return None
+    if _offline():
+        why = "offline mode is on (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)"
+    else:
+        endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+        if _reachable(endpoint):
+            return None
+        why = f"the model hub ({endpoint}) cannot be reached"
+    return f"not a local folder, an installed package with weights or in the local Hugging Face cache, and {why}"
+
+
+def _in_hf_cache(repo_id: str, filename: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, filename), str)
+    except ValueError:  # not a valid repo id (HFValidationError): it cannot be in the cache either
+        return False
+
+
+def _offline() -> bool:
+    return any(os.environ.get(v, "").upper() in _TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _reachable(url: str, timeout: float = 5.0) -> bool:
+    """Any HTTP answer counts (urllib honours the proxy variables, as the hub client does)."""
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return True
