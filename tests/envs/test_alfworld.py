@@ -341,7 +341,7 @@ def test_corrupted_game_is_skipped_with_count(tmp_path: Path, sample_games: list
     _plant(tmp_path, "valid_seen", good.task_dir, good.trial, raw)  # same bytes: a cache hit
     _plant(tmp_path, "valid_seen", "pick_and_place_simple-Bad-None-Desk-1", "trial_a", b"{not json")
     _plant(tmp_path, "valid_seen", "pick_and_place_simple-Bad-None-Desk-2", "trial_b", json.dumps(broken).encode())
-    env = ALFWorldEnv(data_root=str(tmp_path), cache_dir=cache_dir, seed_fraction=1.0)
+    env = ALFWorldEnv(data_root=str(tmp_path), cache_dir=cache_dir, seed_fraction=1.0, eval_splits=["valid_seen"])
     seeds = env.seed_tasks()
     assert [t.data for t in seeds] == sample_steps[good.key]
     assert env.num_skipped == 2
