@@ -311,7 +311,8 @@ def test_coevolution_with_vllm_completes_and_compares_with_hf(tmp_path, cache):
 _VLLM_GREEDY = """
 import json, sys
 from vllm import LLM, SamplingParams
-llm = LLM(model=sys.argv[1], dtype="float32", enforce_eager=True, max_model_len=256, kv_cache_memory_bytes=2**28, seed=0)
+llm = LLM(model=sys.argv[1], dtype="float32", enforce_eager=True, max_model_len=256, gpu_memory_utilization=0.3,
+          kv_cache_memory_bytes=2**28, seed=0)  # (log-probs: vLLM's default, raw: log-softmax of the logits)
 prompts = [{"prompt_token_ids": ids} for ids in json.loads(sys.argv[2])]
 outs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0.0, logprobs=0))
 print("GREEDY " + json.dumps([[list(o.outputs[0].token_ids),

@@ -122,6 +122,9 @@ def test_registry_and_missing_root(tmp_path: Path) -> None:
 
     with pytest.raises(DataError):
         make_env("alfworld", data_root=str(tmp_path))
+    (tmp_path / "alfworld" / "json_2.1.1" / "valid_seen").mkdir(parents=True)
+    with pytest.raises(DataError, match="is incomplete: json_2.1.1/valid_unseen missing"):
+        make_env("alfworld", data_root=str(tmp_path))
 
 
 def test_environment_imports_no_training_code() -> None:
@@ -341,7 +344,8 @@ def test_corrupted_game_is_skipped_with_count(tmp_path: Path, sample_games: list
     _plant(tmp_path, "valid_seen", good.task_dir, good.trial, raw)  # same bytes: a cache hit
     _plant(tmp_path, "valid_seen", "pick_and_place_simple-Bad-None-Desk-1", "trial_a", b"{not json")
     _plant(tmp_path, "valid_seen", "pick_and_place_simple-Bad-None-Desk-2", "trial_b", json.dumps(broken).encode())
-    env = ALFWorldEnv(data_root=str(tmp_path), cache_dir=cache_dir, seed_fraction=1.0, eval_splits=["valid_seen"])
+    # (this root holds valid_seen only: the only split it names)
+    env = ALFWorldEnv(data_root=str(tmp_path), cache_dir=cache_dir, seed_fraction=1.0, eval_splits=("valid_seen",))
     seeds = env.seed_tasks()
     assert [t.data for t in seeds] == sample_steps[good.key]
     assert env.num_skipped == 2
