@@ -473,13 +473,7 @@ def parse_generated_task(text: str, seed_tools: list[ToolSchema]) -> GeneratedTa
     A string in "tools" refers to the seed tool of that name (so the simulator need not copy
     long schemas). Every call must fit a listed tool; "calls": [] means "no listed tool fits".
     """
-    try:
-        obj = extract_json_object(text if isinstance(text, str) else str(text))
-    except ValueError as e:
-        raise InvalidTask("unparseable", str(e)) from None
-    question = obj.get("question")
-    if not isinstance(question, str) or not question.strip() or len(question) > MAX_QUESTION_CHARS:
-        raise InvalidTask("bad_question", "question must be a non-empty string")
+    obj, question = _object_and_question(text)
     raw_tools = obj.get("tools")
     if not isinstance(raw_tools, list) or not raw_tools:
         raise InvalidTask("bad_tools", "tools must be a non-empty list")
@@ -504,6 +498,15 @@ def parse_generated_request(text: str, tools: list[ToolSchema]) -> GeneratedTask
     """Extract and validate a request-only generation `{"question", "calls"}` whose task keeps the
     seed's `tools`; raises `InvalidTask(reason, detail)`. At least one call: the request must need
     one of those functions (a request none serves is an irrelevance task, which this mode does not write)."""
+    obj, question = _object_and_question(text)
+    calls = _checked_calls(obj, tools)
+    if not calls:
+        raise InvalidTask("no_call", "the request must need at least one call")
+    return GeneratedTask(question=question.strip(), tools=list(tools), calls=calls)
+
+
+def _object_and_question(text: Any) -> tuple[dict[str, Any], str]:
+    """The generation's JSON object and its non-empty "question"; raises `InvalidTask`."""
     try:
         obj = extract_json_object(text if isinstance(text, str) else str(text))
     except ValueError as e:
@@ -511,10 +514,7 @@ def parse_generated_request(text: str, tools: list[ToolSchema]) -> GeneratedTask
     question = obj.get("question")
     if not isinstance(question, str) or not question.strip() or len(question) > MAX_QUESTION_CHARS:
         raise InvalidTask("bad_question", "question must be a non-empty string")
-    calls = _checked_calls(obj, tools)
-    if not calls:
-        raise InvalidTask("no_call", "the request must need at least one call")
-    return GeneratedTask(question=question.strip(), tools=list(tools), calls=calls)
+    return obj, question
 
 
 def _checked_calls(obj: dict[str, Any], tools: list[ToolSchema]) -> list[ToolCall]:
