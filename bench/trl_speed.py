@@ -10,7 +10,7 @@ G, max new tokens, temperature, clip, KL and entropy coefficients, gradient clip
 
 Ours runs the real code path: a Lightning Trainer with GenEnvModule and GenEnvDataModule (each epoch:
 `train_dataloader()` -> `generate_epoch()` -> `coevo.rollout` -> `_build_steps`; then `training_step`
--> `_agent_step` -> `token_logprobs`, `_ref_logprobs`, `grpo_loss`, backward, clip, AdamW). The
+-> `_agent_step` -> `token_logprobs`, `_ref_logprobs`, `grpo_loss`, `Updater.apply`: backward, clip, AdamW). The
 simulator is skipped (`seeds_per_epoch: 0`, `base_tasks_per_epoch: B`), so an epoch is exactly one agent
 update on B tasks. TRL runs `GRPOTrainer.train()` with matching `GRPOConfig` (see `trl_config`).
 

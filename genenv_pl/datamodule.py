@@ -11,7 +11,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 import lightning as L
 import torch
@@ -24,7 +24,6 @@ from genenv_pl.config import CoevoConfig
 from genenv_pl.curriculum import rwr_weights, success_rate
 from genenv_pl.distributed import RankSync
 from genenv_pl.envs import Environment, Task, make_env
-from genenv_pl.losses import group_advantages
 from genenv_pl.pools import Pools
 
 
@@ -180,7 +179,7 @@ class GenEnvDataModule(L.LightningDataModule):
             sim_samples += [_replayed(module.simulator, e) for e in sync.shard(env_replay)]  # (not added to D_env again)
 
             steps, zero_std_frac = self._build_steps(groups, sim_samples, module.agent.pad_id, module.simulator.pad_id,
-                                                     step_rng, adv_eps=module.grpo.adv_eps)
+                                                     module.advantages, step_rng)
             shown_batches, shown_groups = _lite(batches, groups) if sync.distributed else (batches, groups)
             mine = {"rates": rates, "train": new.train, "env": new.env, "batches": shown_batches, "groups": shown_groups,
                     "zero_std": round(zero_std_frac * max(len(groups), 1)), "steps": len(steps), "seconds": gen_seconds,
@@ -250,14 +249,17 @@ class GenEnvDataModule(L.LightningDataModule):
         return [Task.from_dict(d) for d in self.rng.sample(self.static_tasks, k=n)]
 
     def _build_steps(self, groups: list[Group], sim_samples: list["SimSample"], agent_pad: int, sim_pad: int,
-                     rng: random.Random | None = None, adv_eps: float = 1e-6):
-        """The epoch's optimizer steps: GRPO groups with their advantages (`grpo.adv_eps` in the
-        denominator) in chunks of agent_batch_size, simulator samples in chunks of sim_batch_size."""
+                     advantages: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+                     rng: random.Random | None = None):
+        """The epoch's optimizer steps: GRPO groups with their advantages (`GenEnvModule.advantages`) in
+        chunks of agent_batch_size, simulator samples in chunks of sim_batch_size. Each batch carries the
+        temperature its text was sampled at (a 0-d tensor, as every value of a batch is a tensor): the
+        training forward passes divide the logits by it."""
         cfg = self.cfg
         rng = rng or self.rng
         agent_groups, zero = [], 0
         for g in groups:
-            adv, zero_std = group_advantages(torch.tensor([g.rewards], dtype=torch.float32), eps=adv_eps)
+            adv, zero_std = advantages(torch.tensor([g.rewards], dtype=torch.float32))
             zero += int(zero_std.item())
             if zero_std.item() and cfg.drop_zero_std_groups:
                 continue
@@ -275,11 +277,13 @@ class GenEnvDataModule(L.LightningDataModule):
                 step["agent"] = pack([r.prompt_ids for r, _ in rows], [r.response_ids for r, _ in rows], agent_pad,
                                      [r.logprobs for r, _ in rows])
                 step["agent"]["advantages"] = torch.tensor([a for _, a in rows], dtype=torch.float32)
+                step["agent"]["temperature"] = torch.tensor(cfg.agent_sampling.temperature)
             if i < len(sim_chunks):
                 gens = [s.generation for s in sim_chunks[i]]
                 step["sim"] = pack([g.prompt_ids for g in gens], [g.response_ids for g in gens], sim_pad,
                                    [g.logprobs for g in gens])
                 step["sim"]["r_env"] = torch.tensor([s.r_env for s in sim_chunks[i]], dtype=torch.float32)
+                step["sim"]["temperature"] = torch.tensor(cfg.sim_sampling.temperature)
             steps.append(step)
         return steps, zero / max(len(groups), 1)
 

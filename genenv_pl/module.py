@@ -1,8 +1,10 @@
 """GenEnvModule: the agent and the simulator as two optimized policies (manual optimization).
 
 One training step = at most one GRPO step of the agent and one RWR step of the simulator on
-the batch that GenEnvDataModule prepared for it. Global_step counts optimizer steps (two per
-training step), so the module keeps its own update counters and training stops by epochs.
+the batch that GenEnvDataModule prepared for it. Each step builds its loss from `losses.py` and
+hands it to `Updater.apply` (`update.py`: backward, clip, step, and the rules for several ranks).
+Global_step counts optimizer steps (two per training step), so the module keeps its own update
+counters and training stops by epochs.
 """
 from __future__ import annotations
 
@@ -20,11 +22,11 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from genenv_pl.backends import SamplingParams, make_backend
 from genenv_pl.config import GRPOConfig, RWRConfig
-from genenv_pl.batching import pack
-from genenv_pl.distributed import RankSync, full_state_dict, shard_module, sharding
-from genenv_pl.losses import grpo_loss, low_var_kl, rwr_loss
+from genenv_pl.distributed import full_state_dict, shard_module, sharding
+from genenv_pl.losses import group_advantages, grpo_loss, low_var_kl, rwr_loss
 from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base
 from genenv_pl.policy import Policy, causal_logprobs
+from genenv_pl.update import Updater
 
 
 class GenEnvModule(L.LightningModule):
@@ -80,8 +82,7 @@ class GenEnvModule(L.LightningModule):
         # Own counters: global_step counts both optimizers' steps under manual optimization.
         self.counters = {"agent_updates": 0, "sim_updates": 0, "sim_skipped_kl": 0, "nonfinite_skipped": 0}
         self._test_rows: list[dict[str, Any]] = []
-        self._joined: set[str] = set()
-        self._blank: set[str] = set()
+        self.updater = Updater(self)  # applies each role's loss; keeps several ranks in step
         self._sharded: str | None = None  # "fsdp" / "fsdp2" once the policies are sharded
         self._replicas: dict[str, Policy] = {}  # FSDP: local full copies that generation samples from
 
@@ -173,162 +174,59 @@ class GenEnvModule(L.LightningModule):
 
     # ---- training -----------------------------------------------------------------------
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        opt_agent, opt_sim = self.optimizers()
-        temp = self.trainer.datamodule.cfg.agent_sampling.temperature
-        self._joined, self._blank = set(), set()  # several ranks: roles joined / run on a blank batch in this step
-        agent_batch, sim_batch = self._lockstep("agent", batch["agent"]), self._lockstep("sim", batch["sim"])
-        if agent_batch is not None:
-            self._agent_step(agent_batch, opt_agent, temp)
-        self._join("agent", opt_agent, self.grpo.grad_clip, 0)
-        if sim_batch is not None:
-            self._sim_step(sim_batch, opt_sim, self.trainer.datamodule.cfg.sim_sampling.temperature)
-        self._join("sim", opt_sim, self.rwr.grad_clip, 1)
+        """One GRPO step of the agent and one RWR step of the simulator, each on its part of the batch
+        (either may be None). `Updater.run` also keeps several ranks in step (`genenv_pl/update.py`)."""
+        self.updater.run("agent", batch["agent"], self._agent_step)
+        self.updater.run("sim", batch["sim"], self._sim_step)
 
-    def _lockstep(self, who: str, b: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor] | None:
-        """FSDP: every forward pass gathers parameters from all ranks, so all ranks run the same ones.
-        If any rank has a batch for `who` in this step, a rank without one runs a blank batch, whose
-        loss counts zero (`_optimize`). DDP and one process: the batch as it is."""
-        sync = RankSync(self.trainer)
-        if not (self._sharded and sync.distributed):
-            return b
-        if not sync.sum(float(b is not None)) or b is not None:  # (the sum is a collective: every rank runs it)
-            return b
-        self._blank.add(who)
-        policy = self.agent if who == "agent" else self.simulator
-        blank = pack([[policy.pad_id]], [[policy.pad_id]], policy.pad_id, [[0.0]])
-        blank["advantages" if who == "agent" else "weights"] = torch.zeros(1)
-        return {k: v.to(self.device) for k, v in blank.items()}
+    def advantages(self, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """GRPO's group-normalized advantages of [groups, G] rewards (and which groups have zero spread).
+        The data module calls this when it builds the epoch's agent batches."""
+        return group_advantages(rewards, eps=self.grpo.adv_eps)
 
-    def _agent_step(self, b: dict[str, torch.Tensor], opt, temperature: float) -> None:
-        mask = b["response_mask"]
+    def _agent_step(self, b: dict[str, torch.Tensor]) -> None:
+        """GRPO: the clipped surrogate on the batch's advantages, the KL to the starting agent and an
+        entropy bonus, on response tokens; log-probs at the temperature the rollouts were sampled at."""
+        mask, temperature = b["response_mask"], float(b["temperature"])
         logp, entropy = self.agent.token_logprobs(b["input_ids"], b["attention_mask"], temperature, with_entropy=True,
                                                   response_mask=mask, share_prompts=self._share_prompts)
-        logp_ref = self._ref_logprobs(self.agent, self.agent_ref, b, temperature) if self.grpo.kl_coef > 0 else None
+        logp_ref = self._ref_logprobs(self.agent, self.agent_ref, b) if self.grpo.kl_coef > 0 else None
         t = grpo_loss(logp, b["old_logp"], logp_ref, entropy, b["advantages"], mask,
                       self.grpo.clip_eps, self.grpo.kl_coef, self.grpo.entropy_coef)
-        if not self._optimize("agent", t.loss, opt, self.grpo.grad_clip, scheduler=0):
+        if not self.updater.apply("agent", t.loss):
             return
-        n = int(b["input_ids"].shape[0])
         self.log_dict({"agent/loss": t.loss.detach(), "agent/pg_loss": t.pg_loss.detach(), "agent/kl": t.kl.detach(),
                        "agent/entropy": t.entropy.detach(), "agent/clip_frac": t.clip_frac},
-                      on_step=False, on_epoch=True, batch_size=n)
-        self.log("agent/updates", float(self.counters["agent_updates"]), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
+                      on_step=False, on_epoch=True, batch_size=int(b["input_ids"].shape[0]))
+        self.log("agent/updates", float(self.counters["agent_updates"]), on_step=False, on_epoch=True, reduce_fx="max",
+                 batch_size=1)
 
-    def _sim_step(self, b: dict[str, torch.Tensor], opt, temperature: float) -> None:
-        mask = b["response_mask"]
+    def _sim_step(self, b: dict[str, torch.Tensor]) -> None:
+        """Reward-weighted regression: the simulator's generations, weighted by their R_env (mean-1
+        weights), plus the KL to the initial simulator. A step past `rwr.kl_cap` is undone (`Updater`)."""
+        mask, temperature = b["response_mask"], float(b["temperature"])
         logp, _ = self.simulator.token_logprobs(b["input_ids"], b["attention_mask"], temperature, response_mask=mask,
                                                 share_prompts=self._share_prompts)
-        logp_ref = self._ref_logprobs(self.simulator, self.sim_ref, b, temperature) if self.rwr.kl_coef > 0 else None
+        logp_ref = self._ref_logprobs(self.simulator, self.sim_ref, b) if self.rwr.kl_coef > 0 else None
         t = rwr_loss(logp, logp_ref, b["weights"], mask, self.rwr.kl_coef)
         before = logp.detach()
-        if not self._optimize("sim", t.loss, opt, self.rwr.grad_clip, scheduler=1,
-                              kl_of_update=lambda: self._kl_of_update(before, b, temperature)):
+        if not self.updater.apply("sim", t.loss, kl_of_update=lambda: self._kl_of_update(before, b)):
             return
         self.log_dict({"sim/loss": t.loss.detach(), "sim/nll": t.nll.detach(), "sim/kl": t.kl.detach()},
                       on_step=False, on_epoch=True, batch_size=int(b["input_ids"].shape[0]))
 
-    def _optimize(self, who: str, loss: torch.Tensor | None, opt, grad_clip: float, scheduler: int,
-                  kl_of_update=None) -> bool:
-        """One optimizer step on `loss`; a non-finite loss skips the step (counted, logged). The
-        simulator's step is undone if it moved the simulator past `rwr.kl_cap` (`_over_kl_cap`, with
-        `kl_of_update` measuring this rank's batch after the step).
-
-        Several ranks: every rank comes here once per role and step (`_join`), with loss None when
-        it has nothing to add. If any rank has a loss, all of them step together, so that their
-        weights stay equal, and the losses are rescaled so that the gradient is the mean over the
-        ranks that contributed. DDP: a rank without a loss (no batch, non-finite loss)
-        back-propagates a zero through the policy's parameters, which keeps it in the same gradient
-        all-reduce. FSDP: every rank ran the same forward passes (`_lockstep`); a blank batch's loss
-        counts zero, and a non-finite loss on any rank skips the step on all of them.
-        Returns whether this rank's own loss was applied."""
-        finite = loss is not None and bool(torch.isfinite(loss))
-        if loss is not None and not finite:
-            self._skip_nonfinite(who)
-        own = finite and who not in self._blank
-        sync = RankSync(self.trainer)
-        policy = self.agent if who == "agent" else self.simulator
-        if sync.distributed:
-            self._joined.add(who)
-            if self._sharded:  # FSDP: all ranks ran this role's forward passes; all go backward, or none
-                if sync.sum(float(loss is not None and not finite)):
-                    return False
-                contributing = sync.sum(float(own))
-                if contributing == 0:
-                    return False
-                loss = loss * (sync.world / contributing) if own else loss * 0.0
-            else:
-                contributing = sync.sum(float(finite))
-                if contributing == 0:
-                    return False
-                loss = loss * (sync.world / contributing) if finite else _zero_through(policy)
-        elif not finite:
-            return False
-        opt.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
-        if not self._grads_finite(policy, sync):  # a finite loss can still back-propagate inf/NaN
-            opt.zero_grad(set_to_none=True)
-            self._skip_nonfinite(who, "gradient")
-            return False
-        if self._sharded == "fsdp":  # FSDP (1): the norm over all shards, computed by the wrapper
-            policy.model.clip_grad_norm_(grad_clip)
-        else:
-            self.clip_gradients(opt, gradient_clip_val=grad_clip, gradient_clip_algorithm="norm")
-        capped = who == "sim" and self.rwr.kl_cap is not None
-        snapshot = _snapshot(opt) if capped else None
-        opt.step()
-        if capped and self._over_kl_cap(kl_of_update, own):
-            _restore(opt, snapshot)
-            self.counters["sim_skipped_kl"] += 1
-            self.log("sim/skipped_kl", float(self.counters["sim_skipped_kl"]), on_step=False, on_epoch=True, reduce_fx="max",
-                     batch_size=1)
-            return False
-        self.backend.sync(policy)  # the generation engine samples from the new weights (vLLM; HF: no-op)
-        self.lr_schedulers()[scheduler].step()
-        self.counters[f"{who}_updates"] += 1
-        return own
-
-    @staticmethod
-    def _grads_finite(policy: Policy, sync: RankSync) -> bool:
-        """Whether every gradient of the policy is finite, on every rank (each rank checks its own
-        shard or replica; one non-finite value anywhere skips the step everywhere)."""
-        grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP2: this rank's shard (DTensor)
-                 for p in policy.trainable_parameters() if p.grad is not None]
-        ok = bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()) if grads else True
-        return sync.sum(float(not ok)) == 0 if sync.distributed else ok
-
-    def _over_kl_cap(self, kl_of_update, own: bool) -> bool:
-        """Whether the simulator step just taken went past `rwr.kl_cap`: the mean per-token KL between
-        the simulator before and after it, over the response tokens of the step's batch. Several ranks:
-        the batch is all ranks' batches together (sums and counts all-reduced), so every rank takes the
-        same decision on the weights they share; a rank that added no loss of its own adds no tokens.
-        FSDP: every rank runs the measuring forward pass, blank batch or not (it gathers parameters)."""
-        kl_sum, n = kl_of_update() if kl_of_update is not None else (0.0, 0.0)
-        if not own:
-            kl_sum, n = 0.0, 0.0
-        sync = RankSync(self.trainer)
-        if sync.distributed:
-            kl_sum, n = sync.sum(kl_sum), sync.sum(n)
-        kl = kl_sum / max(n, 1.0)
-        self.log("sim/update_kl", kl, on_step=False, on_epoch=True, batch_size=1)
-        return not kl <= self.rwr.kl_cap  # a NaN KL (weights gone non-finite) is past any cap
-
-    def _kl_of_update(self, logp_before: torch.Tensor, b: dict[str, torch.Tensor], temperature: float) -> tuple[float, float]:
+    def _kl_of_update(self, logp_before: torch.Tensor, b: dict[str, torch.Tensor]) -> tuple[float, float]:
         """KL(before || after) of the simulator, estimated (low_var_kl) on the response tokens of `b`:
         its sum over them and their number."""
         mask = b["response_mask"]
         with torch.no_grad():
-            after, _ = self.simulator.token_logprobs(b["input_ids"], b["attention_mask"], temperature, response_mask=mask,
-                                                     share_prompts=self._share_prompts)
+            after, _ = self.simulator.token_logprobs(b["input_ids"], b["attention_mask"], float(b["temperature"]),
+                                                     response_mask=mask, share_prompts=self._share_prompts)
         return float((low_var_kl(logp_before, after) * mask).sum()), float(mask.sum())
 
-    def _join(self, who: str, opt, grad_clip: float, scheduler: int) -> None:
-        """Several ranks: a rank that did not reach `_optimize` for `who` in this step joins it now."""
-        if who not in self._joined and RankSync(self.trainer).distributed:
-            self._optimize(who, None, opt, grad_clip, scheduler)
-
-    def _ref_logprobs(self, policy: Policy, ref, b, temperature: float) -> torch.Tensor:
+    def _ref_logprobs(self, policy: Policy, ref, b) -> torch.Tensor:
         """Reference log-probs on the response tokens (0 elsewhere; only those enter the KL)."""
-        args = (b["input_ids"], b["attention_mask"], temperature)
+        args = (b["input_ids"], b["attention_mask"], float(b["temperature"]))
         kw = {"response_mask": b["response_mask"], "share_prompts": self._share_prompts}
         with torch.no_grad():
             if ref is None:  # LoRA: the base model is the reference
@@ -340,14 +238,8 @@ class GenEnvModule(L.LightningModule):
     def _share_prompts(self) -> bool:
         """Rows with the same prompt (a GRPO group's rollouts) run it once in the training forward passes
         (`shared_prompt_logprobs`). Not under FSDP: whether a batch shares prompts decides how many
-        forward passes run, and sharded forward passes must run alike on every rank (`_lockstep`)."""
+        forward passes run, and sharded forward passes must run alike on every rank (`Updater`, rule 4)."""
         return not self._sharded
-
-    def _skip_nonfinite(self, who: str, what: str = "loss") -> None:
-        self.counters["nonfinite_skipped"] += 1
-        rank_zero_info(f"[genenv] non-finite {who} {what} at epoch {self.current_epoch}: update skipped")
-        self.log("train/nonfinite_skipped", float(self.counters["nonfinite_skipped"]), on_step=False, on_epoch=True,
-                 reduce_fx="max", batch_size=1)
 
     def on_train_epoch_end(self) -> None:
         # Logged every epoch so that an epoch without in-band seed batches shows as such.
@@ -457,31 +349,6 @@ def _check_strategy(strategy) -> None:
         raise ValueError("GenEnv under DDP needs find_unused_parameters=True (the agent's and the simulator's updates are "
                          "separate backward passes): use --trainer.strategy ddp_find_unused_parameters_true, or "
                          "DDPStrategy with init_args {find_unused_parameters: true}")
-
-
-def _zero_through(policy: Policy) -> torch.Tensor:
-    """A zero loss whose gradient reaches every trainable parameter of `policy` (as zeros)."""
-    return sum(p.sum() for p in policy.trainable_parameters()) * 0.0
-
-
-def _snapshot(opt) -> list[tuple[torch.Tensor, torch.Tensor, dict[str, Any] | None]]:
-    """Copies of what one step of `opt` changes: its parameters (LoRA: the adapter only) and their
-    optimizer state (Adam: step and moments; None before the first step)."""
-    opt = getattr(opt, "optimizer", opt)  # (Lightning's wrapper)
-    return [(p, p.detach().clone(), {k: v.clone() if torch.is_tensor(v) else copy.deepcopy(v) for k, v in opt.state[p].items()}
-             if p in opt.state else None) for g in opt.param_groups for p in g["params"]]
-
-
-def _restore(opt, snapshot) -> None:
-    """Undo the steps taken since `_snapshot`: the parameters and the optimizer state as they were."""
-    opt = getattr(opt, "optimizer", opt)
-    with torch.no_grad():
-        for p, value, state in snapshot:
-            p.copy_(value)
-            if state is None:
-                opt.state.pop(p, None)
-            else:
-                opt.state[p] = state
 
 
 def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

@@ -106,8 +106,9 @@ def test_conditioning_probe_measures_a_known_slope(shift, slope):
 def test_grpo_advantages_use_the_configured_eps(eps):
     # GRPOConfig.adv_eps reaches the advantages the epoch's steps carry (it used to be ignored).
     from genenv_pl.coevo import Group
-    from genenv_pl.config import CoevoConfig
+    from genenv_pl.config import CoevoConfig, GRPOConfig
     from genenv_pl.datamodule import GenEnvDataModule
+    from genenv_pl.module import GenEnvModule
 
     dm = GenEnvDataModule(env_args={"seeds_per_level": 2, "eval_per_level": 10},
                           coevo=CoevoConfig(group_size=4, drop_zero_std_groups=False))
@@ -115,7 +116,7 @@ def test_grpo_advantages_use_the_configured_eps(eps):
     rollouts = [Generation(prompt_ids=[5, 6], response_ids=[7, 8], text="x", logprobs=[-1.0, -1.0], finished=True)
                 for _ in rewards]
     group = Group(ENV.seed_tasks()[0], "base", None, rollouts, rewards, [r == 1.0 for r in rewards])
-    steps, _ = dm._build_steps([group], [], 0, 0, adv_eps=eps)
+    steps, _ = dm._build_steps([group], [], 0, 0, GenEnvModule(grpo=GRPOConfig(adv_eps=eps)).advantages)
     std = torch.tensor(rewards).std(unbiased=True)
     expected = (torch.tensor(rewards) - 0.5) / (std + eps)
     assert torch.allclose(steps[0]["agent"]["advantages"], expected)

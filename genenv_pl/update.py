@@ -1,0 +1,191 @@
+"""Applying a role's loss: backward, clip, step, schedule, and everything several ranks must agree on.
+
+`GenEnvModule`'s agent and simulator steps build a loss and hand it to `Updater.apply`; the training
+step runs each role through `Updater.run`. In one process this is Lightning's manual-optimization
+recipe (`manual_backward`, clip, `step`, scheduler) with three guards:
+
+- a non-finite loss, or a finite loss that back-propagates a non-finite gradient, skips the step
+  (counted in `train/nonfinite_skipped`);
+- the simulator's step is undone when it moved the simulator past `rwr.kl_cap` (the mean per-token
+  KL between the simulator before and after the step, on that step's batch): parameters and optimizer
+  state are restored, the scheduler does not step, `sim/skipped_kl` counts it;
+- after a step the generation backend is told of the new weights (vLLM; HF: no-op).
+
+Several ranks (DDP, FSDP) hold equal weights only if they take the same steps, so:
+
+1. Every rank comes to `apply` once per role and training step, with or without a batch: a rank
+   without one joins the others at the end of `run` with loss None.
+2. If any rank has a finite loss, all ranks step together; otherwise none does. The losses are
+   rescaled so that the gradient is the mean over the ranks that contributed.
+3. DDP: a rank that contributes nothing back-propagates a zero through the policy's parameters, which
+   keeps it in the same gradient all-reduce.
+4. FSDP: every forward pass gathers parameters from all ranks, so all ranks run the same forward
+   passes. A rank without a batch runs a blank one whose loss counts zero (`run`); a non-finite loss
+   on any rank skips the step on all of them.
+5. A non-finite gradient on any rank, and the KL-cap decision, are all-reduced: every rank skips or
+   undoes the same steps (the KL's sums and token counts over all ranks' batches; a rank that added no
+   loss adds no tokens).
+"""
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+
+from genenv_pl.batching import pack
+from genenv_pl.distributed import RankSync
+
+if TYPE_CHECKING:
+    from genenv_pl.module import GenEnvModule
+    from genenv_pl.policy import Policy
+
+Batch = dict[str, torch.Tensor]
+ROLES = {"agent": 0, "sim": 1}  # role -> index of its optimizer and scheduler
+
+
+class Updater:
+    def __init__(self, module: "GenEnvModule"):
+        self.module = module
+        self._joined: set[str] = set()  # roles that reached `apply` in this training step
+        self._blank: set[str] = set()  # FSDP: roles that run a blank batch on this rank in this step
+
+    def run(self, role: str, batch: Batch | None, step: Callable[[Batch], None]) -> None:
+        """One role's part of a training step: `step(batch)` builds the loss and calls `apply`."""
+        self._joined.discard(role)
+        self._blank.discard(role)
+        batch = self._lockstep(role, batch)
+        if batch is not None:
+            step(batch)
+        if role not in self._joined and self._sync.distributed:  # rule 1: join the ranks that stepped
+            self.apply(role, None)
+
+    def apply(self, role: str, loss: torch.Tensor | None,
+              kl_of_update: Callable[[], tuple[float, float]] | None = None) -> bool:
+        """One optimizer step of `role` on `loss`. `kl_of_update` (simulator) measures this rank's
+        batch after the step: (sum of per-token KL, number of tokens). Returns whether this rank's own
+        loss was applied (the caller logs its terms only then)."""
+        m, sync = self.module, self._sync
+        opt, policy = m.optimizers()[ROLES[role]], self._policy(role)
+        finite = loss is not None and bool(torch.isfinite(loss))
+        if loss is not None and not finite:
+            self._skip_nonfinite(role)
+        own = finite and role not in self._blank
+        if sync.distributed:
+            self._joined.add(role)
+            if m._sharded:  # rule 4: all ranks ran this role's forward passes; all go backward, or none
+                if sync.sum(float(loss is not None and not finite)):
+                    return False
+                contributing = sync.sum(float(own))
+                if contributing == 0:
+                    return False
+                loss = loss * (sync.world / contributing) if own else loss * 0.0
+            else:  # rules 2 and 3
+                contributing = sync.sum(float(finite))
+                if contributing == 0:
+                    return False
+                loss = loss * (sync.world / contributing) if finite else _zero_through(policy)
+        elif not finite:
+            return False
+        opt.zero_grad(set_to_none=True)
+        m.manual_backward(loss)
+        if not self._grads_finite(policy):
+            opt.zero_grad(set_to_none=True)
+            self._skip_nonfinite(role, "gradient")
+            return False
+        grad_clip = m.grpo.grad_clip if role == "agent" else m.rwr.grad_clip
+        if m._sharded == "fsdp":  # FSDP (1): the norm over all shards, computed by the wrapper
+            policy.model.clip_grad_norm_(grad_clip)
+        else:
+            m.clip_gradients(opt, gradient_clip_val=grad_clip, gradient_clip_algorithm="norm")
+        capped = role == "sim" and m.rwr.kl_cap is not None
+        snapshot = _snapshot(opt) if capped else None
+        opt.step()
+        if capped and self._over_kl_cap(kl_of_update, own):
+            _restore(opt, snapshot)
+            m.counters["sim_skipped_kl"] += 1
+            m.log("sim/skipped_kl", float(m.counters["sim_skipped_kl"]), on_step=False, on_epoch=True, reduce_fx="max",
+                  batch_size=1)
+            return False
+        m.backend.sync(policy)  # the generation engine samples from the new weights (vLLM; HF: no-op)
+        m.lr_schedulers()[ROLES[role]].step()
+        m.counters[f"{role}_updates"] += 1
+        return own
+
+    # ---- the rules' pieces --------------------------------------------------------------
+    @property
+    def _sync(self) -> RankSync:
+        return RankSync(self.module.trainer)
+
+    def _policy(self, role: str) -> "Policy":
+        return self.module.agent if role == "agent" else self.module.simulator
+
+    def _lockstep(self, role: str, batch: Batch | None) -> Batch | None:
+        """Rule 4: under FSDP, if any rank has a batch for `role` in this step, a rank without one runs
+        a blank batch. DDP and one process: the batch as it is."""
+        sync = self._sync
+        if not (self.module._sharded and sync.distributed):
+            return batch
+        if not sync.sum(float(batch is not None)) or batch is not None:  # (the sum is a collective: every rank runs it)
+            return batch
+        self._blank.add(role)
+        policy = self._policy(role)
+        blank = pack([[policy.pad_id]], [[policy.pad_id]], policy.pad_id, [[0.0]])
+        blank["advantages" if role == "agent" else "weights"] = torch.zeros(1)
+        blank["temperature"] = torch.tensor(1.0)  # (its loss counts zero)
+        return {k: v.to(self.module.device) for k, v in blank.items()}
+
+    def _grads_finite(self, policy: "Policy") -> bool:
+        """Rule 5: whether every gradient of the policy is finite, on every rank (each rank checks its own
+        shard or replica; one non-finite value anywhere skips the step everywhere)."""
+        grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # FSDP2: this rank's shard (DTensor)
+                 for p in policy.trainable_parameters() if p.grad is not None]
+        ok = bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()) if grads else True
+        sync = self._sync
+        return sync.sum(float(not ok)) == 0 if sync.distributed else ok
+
+    def _over_kl_cap(self, kl_of_update, own: bool) -> bool:
+        """Whether the simulator step just taken went past `rwr.kl_cap` (rule 5 for several ranks).
+        FSDP: every rank runs the measuring forward pass, blank batch or not (it gathers parameters)."""
+        kl_sum, n = kl_of_update() if kl_of_update is not None else (0.0, 0.0)
+        if not own:
+            kl_sum, n = 0.0, 0.0
+        sync = self._sync
+        if sync.distributed:
+            kl_sum, n = sync.sum(kl_sum), sync.sum(n)
+        kl = kl_sum / max(n, 1.0)
+        self.module.log("sim/update_kl", kl, on_step=False, on_epoch=True, batch_size=1)
+        return not kl <= self.module.rwr.kl_cap  # a NaN KL (weights gone non-finite) is past any cap
+
+    def _skip_nonfinite(self, role: str, what: str = "loss") -> None:
+        m = self.module
+        m.counters["nonfinite_skipped"] += 1
+        rank_zero_info(f"[genenv] non-finite {role} {what} at epoch {m.current_epoch}: update skipped")
+        m.log("train/nonfinite_skipped", float(m.counters["nonfinite_skipped"]), on_step=False, on_epoch=True,
+              reduce_fx="max", batch_size=1)
+
+
+def _zero_through(policy: "Policy") -> torch.Tensor:
+    """A zero loss whose gradient reaches every trainable parameter of `policy` (as zeros)."""
+    return sum(p.sum() for p in policy.trainable_parameters()) * 0.0
+
+
+def _snapshot(opt) -> list[tuple[torch.Tensor, torch.Tensor, dict[str, Any] | None]]:
+    """Copies of what one step of `opt` changes: its parameters (LoRA: the adapter only) and their
+    optimizer state (Adam: step and moments; None before the first step)."""
+    opt = getattr(opt, "optimizer", opt)  # (Lightning's wrapper)
+    return [(p, p.detach().clone(), {k: v.clone() if torch.is_tensor(v) else copy.deepcopy(v) for k, v in opt.state[p].items()}
+             if p in opt.state else None) for g in opt.param_groups for p in g["params"]]
+
+
+def _restore(opt, snapshot) -> None:
+    """Undo the steps taken since `_snapshot`: the parameters and the optimizer state as they were."""
+    opt = getattr(opt, "optimizer", opt)
+    with torch.no_grad():
+        for p, value, state in snapshot:
+            p.copy_(value)
+            if state is None:
+                opt.state.pop(p, None)
+            else:
+                opt.state[p] = state
