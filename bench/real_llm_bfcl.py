@@ -156,13 +156,29 @@ def summary(record: dict) -> dict:
     }
 
 
+def unfinished(args, runs: dict) -> dict:
+    """Stages with TensorBoard logs under --out but no run file yet (a fit in progress, or stopped and
+    to be resumed): their scalars so far, marked unfinished in the report."""
+    out = {}
+    for log_dir in sorted((REPO / args.out).glob("runs/*_s[0-9]*")):
+        name = log_dir.name
+        if name in runs or not list(log_dir.glob("version_*")):
+            continue
+        variant, seed = name.rsplit("_s", 1)
+        out[name] = {"stage": name, "variant": variant, "seed": int(seed), "unfinished": True, "wall_s": None,
+                     "peak_rss_gb": None, "scalars": scalars(log_dir)}
+    return out
+
+
 def report(args) -> None:
     runs = {p.stem: json.loads(p.read_text()) for p in sorted(run_file(args, "x").parent.glob("*.json"))}
+    runs.update(unfinished(args, runs))
     zs = runs.pop("zero_shot", None)
     result: dict = {"zero_shot_accuracy": _series(zs["scalars"], "val/accuracy")[-1] if zs else None,
                     "warm_start_accuracy": None, "variants": {}}
     for name, record in runs.items():
         sm = summary(record)
+        sm["unfinished"] = bool(record.get("unfinished"))
         result["variants"].setdefault(record["variant"], {})[f"s{record['seed']}"] = sm
         if sm["accuracy"]:
             result["warm_start_accuracy"] = sm["accuracy"][0]  # the same warm-started agent in every run
@@ -177,10 +193,12 @@ def report(args) -> None:
     for variant, seeds in result["variants"].items():
         for seed, sm in seeds.items():
             curve = ", ".join(f"{a:.3f} @ {int(t)}" for t, a in zip(sm["tasks_seen"], sm["accuracy"]))
-            lines.append(f"| {variant} | {seed} | {sm['epochs_done']} | {curve} | {_mean(sm['sim_valid_rate'])} | "
+            epochs = f"{sm['epochs_done']}{' (unfinished)' if sm['unfinished'] else ''}"
+            lines.append(f"| {variant} | {seed} | {epochs} | {curve} | {_mean(sm['sim_valid_rate'])} | "
                          f"{_mean(sm['zero_std_frac'])} | {_mean(sm['success_rate'])} | "
                          f"{(sm['wall_s'] or 0) / 60:.0f} |")
-    lines += ["", "Rates are means over the run's epochs (NaN epochs skipped)."]
+    lines += ["", "Rates are means over the run's epochs (NaN epochs skipped). An unfinished run shows what its logs "
+              "hold so far; `python bench/real_llm_bfcl.py` resumes it from its last epoch checkpoint."]
     Path(args.results, "real_llm_bfcl.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     _plot(result, Path(args.results, "real_llm_bfcl.png"))
