@@ -6,7 +6,7 @@ import contextlib
 import torch
 
 from genenv_pl.backends.base import Generation, GenerationBackend, SamplingParams
-from genenv_pl.policy import Policy
+from genenv_pl.policy import Policy, _cache_kwarg
 
 
 class HFBackend(GenerationBackend):
@@ -154,15 +154,6 @@ def _static_cache_pays() -> bool:
     except ImportError:
         return False
     return hasattr(sdpa_attention, "pack_gqa")
-
-
-def _cache_kwarg(model) -> str:
-    """The keyword the model's forward (and `generate`) takes a KV cache by: `cache` in transformers >= 5.20,
-    `past_key_values` before."""
-    import inspect
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 @contextlib.contextmanager
