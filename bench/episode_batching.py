@@ -108,7 +108,7 @@ def main(argv=None) -> None:
             print(f"[episode_batching] {len(games)} games x {args.steps} steps, batch size {b} ...", flush=True)
             runs.append(play(env, games, policy, args.steps, b, args.max_new_tokens))
     one, many = runs
-    same = sum(a == b for x, y in zip(one["actions"], many["actions"]) for a, b in zip(x, y))
+    same = same_actions(one, many)
     lines = [
         "# ALFWorld episodes: lockstep batch vs one game at a time", "",
         f"{label}, HF backend, greedy, {args.max_new_tokens} new tokens at most per reply, {args.threads} torch "
@@ -123,11 +123,19 @@ def main(argv=None) -> None:
                      f"{r['act']['wall'] / r['wall']:.2f} |")
     lines += ["", f"Speed-up of batch {many['batch']} over batch 1: {one['wall'] / many['wall']:.2f}x wall, "
               f"{one['cpu'] / many['cpu']:.2f}x CPU time. Same action in {same} of {one['steps']} steps."]
-    text = "\n".join(lines) + "\n"
+    write("\n".join(lines) + "\n", args.out)
+
+
+def same_actions(a: dict, b: dict) -> int:
+    """Steps at which two runs of the same games chose the same action."""
+    return sum(x == y for xs, ys in zip(a["actions"], b["actions"]) for x, y in zip(xs, ys))
+
+
+def write(text: str, out: str) -> None:
     print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-        print(f"[episode_batching] wrote {args.out}")
+    if out:
+        Path(out).write_text(text)
+        print(f"[episode_batching] wrote {out}")
 
 
 def cache_ab(args, env: ALFWorldEnv, games, policy: Policy, label: str) -> None:
@@ -138,7 +146,7 @@ def cache_ab(args, env: ALFWorldEnv, games, policy: Policy, label: str) -> None:
         print(f"[episode_batching] {len(games)} games x {args.steps} steps in lockstep, {cache} cache ...", flush=True)
         runs.append(play(env, games, policy, args.steps, len(games), args.max_new_tokens, cache))
     dyn, sta = runs
-    same = sum(a == b for x, y in zip(dyn["actions"], sta["actions"]) for a, b in zip(x, y))
+    same = same_actions(dyn, sta)
     lines = [
         "# ALFWorld episodes in lockstep: dynamic vs static KV cache", "",
         f"{label}, HF backend, greedy, {args.max_new_tokens} new tokens at most per reply, {args.threads} torch "
@@ -151,13 +159,9 @@ def cache_ab(args, env: ALFWorldEnv, games, policy: Policy, label: str) -> None:
         lines.append(f"| {r['cache']} | {r['steps']} | {r['act']['calls']} | {r['act']['tokens']} | {r['wall']:.1f} | "
                      f"{r['cpu']:.1f} | {r['cpu'] / r['act']['calls']:.1f} | {r['act']['tokens'] / r['act']['cpu']:.2f} |")
     lines += ["", f"Static over dynamic: {dyn['cpu'] / sta['cpu']:.2f}x CPU time per episode run, {dyn['wall'] / sta['wall']:.2f}x "
-              f"wall. Same action in {same} of {dyn['steps']} steps. Command: `python bench/episode_batching.py --cache-ab"
-              f"{''.join(' ' + a for a in sys.argv[1:] if a != '--cache-ab')}`."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-        print(f"[episode_batching] wrote {args.out}")
+              f"wall. Same action in {same} of {dyn['steps']} steps. Command: `python bench/episode_batching.py "
+              f"{' '.join(sys.argv[1:])}`."]
+    write("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from genenv_pl.backends import HFBackend, SamplingParams, make_backend  # noqa: 
 from genenv_pl.policy import Policy  # noqa: E402
 
 CLOCKS = (time.perf_counter, time.process_time)
+RATIOS = {"hf_cache_speedup": ("hf-static", "hf-dynamic"), "vllm_over_hf": ("vllm", "hf")}  # key: (numerator, denominator side)
 FILLER = ("Function documentation: get_weather(city: string, unit: enum[celsius, fahrenheit]) returns the current "
           "weather of a city; required: city. search_flights(origin: string, destination: string, date: string, "
           "max_price: number) lists flights between two airports on a date under a price. ")
@@ -151,10 +152,6 @@ def main(argv=None):
     summary = {"model": "SmolLM2-135M-Instruct", "batch": args.batch, "prompts": args.batch // args.n, "n": args.n,
                "new_tokens": args.new, "threads": args.threads, "rounds": args.rounds, "warmup_wall_s": warm,
                "lengths": results, "command": "python bench/rollout_speed.py" + "".join(" " + a for a in sys.argv[1:])}
-    if {"hf-dynamic", "hf-static"} <= set(names):
-        summary["hf_cache_speedup"] = {k: v["cpu"]["hf-static"] / v["cpu"]["hf-dynamic"] for k, v in results.items()}
-    if {"vllm", "hf"} <= set(names):
-        summary["vllm_over_hf"] = {k: v["cpu"]["vllm"] / v["cpu"]["hf"] for k, v in results.items()}
     summary["total_s"] = time.perf_counter() - start
     summary["load_average_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     summary["versions"] = versions()
@@ -175,7 +172,7 @@ def combine(out: Path, runs: Path) -> None:
     combined: dict = {"runs": {p.stem: s for p, s in zip(sorted(runs.glob("*.json")), shapes)}}
     for s in sorted(shapes, key=lambda s: s["n"]):
         suffix = "" if s["n"] == 1 else "_grouped"
-        for key, (num, den) in {"hf_cache_speedup": ("hf-static", "hf-dynamic"), "vllm_over_hf": ("vllm", "hf")}.items():
+        for key, (num, den) in RATIOS.items():
             if all(side in next(iter(s["lengths"].values()))["cpu"] for side in (num, den)):
                 combined[key + suffix] = {k: v["cpu"][num] / v["cpu"][den] for k, v in s["lengths"].items()}
     out.with_suffix(".json").write_text(json.dumps(combined, indent=1))
@@ -209,8 +206,7 @@ def section(s: dict) -> str:
              + " | ".join(f"{n} tok/s wall" for n in names) + " |",
              "|---" * (2 * len(names) + 3) + "|"]
     for length, r in s["lengths"].items():
-        speed = r["cpu"]["hf-static"] / r["cpu"]["hf-dynamic"] if {"hf-static", "hf-dynamic"} <= set(names) else None
-        vllm = r["cpu"]["vllm"] / r["cpu"]["hf"] if {"vllm", "hf"} <= set(names) else None
+        speed, vllm = (r["cpu"][num] / r["cpu"][den] if {num, den} <= set(names) else None for num, den in RATIOS.values())
         lines.append(f"| {r['prompt_tokens']:.0f} | " + " | ".join(f"{r['cpu'][n]:.1f}" for n in names)
                      + f" | {'**%.2fx**' % speed if speed else 'n/a'} | {'**%.2fx**' % vllm if vllm else 'n/a'} | "
                      + " | ".join(f"{r['wall'][n]:.1f}" for n in names) + " |")
