@@ -81,6 +81,7 @@ def _trainer(out: Path, name: str, args, fit: bool) -> dict:
                 {"class_path": "callbacks.AlphaCurriculumCallback",
                  "init_args": {"alpha": 0.5, "beta": 2.0, "filtering_k": 0.1, "print_every_n_epochs": 1}},
                 {"class_path": "callbacks.RolloutProgress"},
+                {"class_path": "callbacks.HeapTrim"},
                 {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                  "init_args": {"dirpath": str(out / "ckpt" / name), "save_last": True, "every_n_epochs": 1,
                                "save_top_k": 0, "save_on_train_epoch_end": True}},

@@ -10,7 +10,8 @@ import textwrap
 
 BACKENDS = {"hf": ("genenv_pl.backends.hf", "HFBackend"), "vllm": ("genenv_pl.backends.vllm", "VLLMBackend")}
 CALLBACKS = [("callbacks.alpha_curriculum", "AlphaCurriculumCallback"), ("callbacks.samples", "SampleTableCallback"),
-             ("callbacks.conditioning", "SimulatorConditioningCallback"), ("callbacks.progress", "RolloutProgress")]
+             ("callbacks.conditioning", "SimulatorConditioningCallback"), ("callbacks.progress", "RolloutProgress"),
+             ("callbacks.heap_trim", "HeapTrim")]
 WIDTH = 100
 
 

@@ -412,7 +412,12 @@ def _find_curriculum(trainer):
 
 
 def _find_progress(trainer):
-    for cb in trainer.callbacks:
-        if hasattr(cb, "on_rollout_progress"):
-            return lambda phase, done, total, _cb=cb: _cb.on_rollout_progress(trainer, phase, done, total)
-    return None
+    """Every callback with an `on_rollout_progress(trainer, phase, done, total)` hook, called in order."""
+    cbs = [cb for cb in trainer.callbacks if hasattr(cb, "on_rollout_progress")]
+    if not cbs:
+        return None
+
+    def report(phase: str, done: int, total: int) -> None:
+        for cb in cbs:
+            cb.on_rollout_progress(trainer, phase, done, total)
+    return report

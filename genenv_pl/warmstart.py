@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from genenv_pl import heap
 from genenv_pl.batching import pack
 from genenv_pl.losses import sequence_nll
 from genenv_pl.policy import Policy
@@ -57,6 +58,7 @@ def warm_start(policy: Policy, examples: list[tuple[str, str]], cfg: WarmStartCo
         opt.step()
         sched.step()
         losses.append(loss.item())
+        heap.trim()  # examples differ in length: without it a CPU heap keeps every step's freed activations
         if log_every and (step + 1) % log_every == 0:
             print(f"  warm start {step + 1}/{cfg.steps}  loss {sum(losses[-log_every:]) / log_every:.4f}  "
                   f"({time.perf_counter() - t0:.0f}s)", flush=True)

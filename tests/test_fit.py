@@ -302,3 +302,14 @@ def test_hf_sampling_log_probs_equal_the_training_models(tmp_path, cache):
     assert set(diffs) == {(e, role) for e in range(3) for role in ("agent", "sim")}
     assert max(d for (epoch, _), d in diffs.items() if epoch < 2) < 1e-4, diffs
     assert diffs[2, "sim"] < 1e-4 and diffs[2, "agent"] > 1e-2, diffs
+
+
+def test_heap_trim_runs_after_every_phase_of_a_fit(tmp_path, cache):
+    from callbacks import HeapTrim
+
+    trim = HeapTrim()
+    cli = _fit_with_callback(tmp_path, cache, trim)
+    steps = cli.trainer.fit_loop.epoch_loop.batch_progress.total.completed
+    assert steps >= 1 and trim.calls["train_step"] == steps
+    assert trim.calls["simulate"] >= 1 and trim.calls["rollout"] >= 1
+    assert trim.calls["setup"] == 1 and trim.calls["validation"] >= 1
