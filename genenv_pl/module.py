@@ -281,7 +281,9 @@ class GenEnvModule(L.LightningModule):
         # val/accuracy of the starting (warm-started) agent, before any co-evolution update.
         if not self.eval_at_start or self.counters["agent_updates"] > 0 or self.trainer.limit_val_batches == 0:
             return
-        rows = self.evaluate_tasks(self.trainer.datamodule.eval_tasks())
+        # In the validation loop's batches (eval_batch_size, similar lengths together): the backend's own
+        # chunks are far larger, and 239 BFCL prompts in one call allocated a 12 GB static KV cache.
+        rows = [r for batch in self.trainer.datamodule.val_dataloader() for r in self.evaluate_tasks(batch)]
         acc = sum(r["accuracy"] for r in rows) / max(len(rows), 1)
         groups = defaultdict(list)
         for r in rows:

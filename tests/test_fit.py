@@ -5,6 +5,7 @@ import glob
 import os
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 import yaml
@@ -191,7 +192,7 @@ def test_non_finite_update_is_skipped_and_counted(tmp_path, cache, poison):
 
 
 def _fit_with_callback(tmp: Path, cache: Path, callback, *args: str):
-    """A one-epoch fit with an extra callback instance (the CLI takes callbacks only as config)."""
+    """A one-epoch fit with an extra callback instance, or a list of them (the CLI takes callbacks only as config)."""
     from genenv_pl.cli import GenEnvCLI
     from genenv_pl.datamodule import GenEnvDataModule
     from genenv_pl.module import GenEnvModule
@@ -199,7 +200,7 @@ def _fit_with_callback(tmp: Path, cache: Path, callback, *args: str):
     os.chdir(tmp)
     cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, run=False,
                     args=["--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp, cache, 1), *args])
-    cli.trainer.callbacks.append(callback)
+    cli.trainer.callbacks.extend(callback if isinstance(callback, list) else [callback])
     cli.trainer.fit(cli.model, cli.datamodule)
     return cli
 
@@ -304,11 +305,35 @@ def test_hf_sampling_log_probs_equal_the_training_models(tmp_path, cache):
     assert diffs[2, "sim"] < 1e-4 and diffs[2, "agent"] > 1e-2, diffs
 
 
-def test_heap_trim_runs_after_every_phase_of_a_fit(tmp_path, cache):
+class _StartEvalCalls(L.Callback):
+    """Records the prompts per `backend.generate` call of the evaluation that `on_train_start` runs
+    (this callback's hook runs before the module's; the first training batch ends the recording)."""
+
+    def __init__(self):
+        self.sizes: list[int] = []
+
+    def on_train_start(self, trainer, module):
+        real = module.backend.generate
+
+        def counted(policy, prompts, params):
+            self.sizes.append(len(prompts))
+            return real(policy, prompts, params)
+        module.backend.generate, self._restore = counted, lambda: setattr(module.backend, "generate", real)
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if hasattr(self, "_restore"):
+            self._restore()
+            del self._restore
+
+
+def test_heap_trim_runs_after_every_phase_and_the_starting_evaluation_runs_in_eval_batches(tmp_path, cache):
     from callbacks import HeapTrim
 
-    trim = HeapTrim()
-    cli = _fit_with_callback(tmp_path, cache, trim)
+    trim, start_eval = HeapTrim(), _StartEvalCalls()
+    # 60 held-out tasks (10 per level) in batches of 16: one generate call for all of them would hold
+    # every row's KV cache at once (a 12 GB static cache for BFCL's 239 prompts with SmolLM2).
+    cli = _fit_with_callback(tmp_path, cache, [trim, start_eval], "--data.coevo.eval_batch_size", "16")
+    assert start_eval.sizes == [16, 16, 16, 12]
     steps = cli.trainer.fit_loop.epoch_loop.batch_progress.total.completed
     assert steps >= 1 and trim.calls["train_step"] == steps
     assert trim.calls["simulate"] >= 1 and trim.calls["rollout"] >= 1
