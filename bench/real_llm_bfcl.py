@@ -38,6 +38,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = ["--config", "configs/bfcl.yaml", "--config", "configs/cpu/bfcl.yaml"]
 VARIANTS = ["genenv", "genenv-random", "static"]
+HELD_OUT = 239  # every evaluation item of simple_python and multiple
 KEPT_TAGS = ("val/", "agent/tasks_seen", "agent/zero_std_frac", "agent/train_reward", "coevo/success_rate",
              "coevo/invalid", "coevo/duplicate_rate", "coevo/valid_tasks", "coevo/in_band_frac",
              "perf/generation_seconds", "sim/skipped_kl")
@@ -200,6 +201,10 @@ def report(args) -> None:
                          f"{(sm['wall_s'] or 0) / 60:.0f} |")
     lines += ["", "Rates are means over the run's epochs (NaN epochs skipped). An unfinished run shows what its logs "
               "hold so far; `python bench/real_llm_bfcl.py` resumes it from its last epoch checkpoint."]
+    if result["warm_start_accuracy"] is not None:
+        p = result["warm_start_accuracy"]
+        lines += ["", f"One standard error of a held-out accuracy near {p:.2f} over {HELD_OUT} items: "
+                      f"{(p * (1 - p) / HELD_OUT) ** 0.5:.3f}."]
     Path(args.results, "real_llm_bfcl.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     _plot(result, Path(args.results, "real_llm_bfcl.png"))
