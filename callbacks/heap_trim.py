@@ -11,9 +11,9 @@ from genenv_pl import heap
 class HeapTrim(L.Callback):
     """Trims the C heap (`genenv_pl.heap.trim`) after each generation phase, training step and evaluation.
 
-    Worth it on CPU with a real model, where glibc otherwise keeps every freed activation and KV cache
-    and a fit can grow by several GB per epoch; costs milliseconds per call. `calls` counts the trims by
-    phase."""
+    Worth it on CPU with a real model, where glibc otherwise keeps freed activations and KV caches
+    (SmolLM2 on BFCL: 4.7-5.4 GB resident between training steps without it, 1.0 GB with it); costs
+    about 10 ms per call. `calls` counts the trims by phase."""
 
     def __init__(self, every_n_train_steps: int = 1):
         """
