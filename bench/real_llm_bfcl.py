@@ -190,24 +190,38 @@ def report(args) -> None:
              "simple_python and multiple, 239, scored by the environment's BFCL checker).", "",
              f"- zero-shot accuracy: {_fmt(result['zero_shot_accuracy'])}",
              f"- warm-started agent (start of every run): {_fmt(result['warm_start_accuracy'])}", "",
-             "| variant | seed | epochs | held-out accuracy by agent tasks seen | sim valid rate | zero-std frac | "
-             "success rate | wall (min) |", "|---|---|---|---|---|---|---|---|"]
-    for variant, seeds in result["variants"].items():
-        for seed, sm in seeds.items():
-            curve = ", ".join(f"{a:.3f} @ {int(t)}" for t, a in zip(sm["tasks_seen"], sm["accuracy"]))
-            epochs = f"{sm['epochs_done']}{' (unfinished)' if sm['unfinished'] else ''}"
-            lines.append(f"| {variant} | {seed} | {epochs} | {curve} | {_mean(sm['sim_valid_rate'])} | "
-                         f"{_mean(sm['zero_std_frac'])} | {_mean(sm['success_rate'])} | "
-                         f"{(sm['wall_s'] or 0) / 60:.0f} |")
+             *TABLE_HEADER]
+    rows = [(variant, seed, sm) for variant, seeds in result["variants"].items() for seed, sm in seeds.items()]
+    lines += _table_rows(rows)
     lines += ["", "Rates are means over the run's epochs (NaN epochs skipped). An unfinished run shows what its logs "
               "hold so far; `python bench/real_llm_bfcl.py` resumes it from its last epoch checkpoint."]
     if result["warm_start_accuracy"] is not None:
         p = result["warm_start_accuracy"]
         lines += ["", f"One standard error of a held-out accuracy near {p:.2f} over {HELD_OUT} items: "
                       f"{(p * (1 - p) / HELD_OUT) ** 0.5:.3f}."]
+    # Runs of an earlier recipe, kept for the record (moved by hand into superseded/, named after what changed).
+    superseded = sorted(run_file(args, "x").parent.glob("superseded/*.json"))
+    if superseded:
+        lines += ["", "Superseded runs (an earlier recipe; the file name says what differed):", "", *TABLE_HEADER]
+        lines += _table_rows([(p.stem, "", summary(json.loads(p.read_text())) | {"unfinished": False})
+                              for p in superseded])
     Path(args.results, "real_llm_bfcl.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     _plot(result, Path(args.results, "real_llm_bfcl.png"))
+
+
+TABLE_HEADER = ["| variant | seed | epochs | held-out accuracy by agent tasks seen | sim valid rate | zero-std frac | "
+                "success rate | wall (min) |", "|---|---|---|---|---|---|---|---|"]
+
+
+def _table_rows(rows: list[tuple[str, str, dict]]) -> list[str]:
+    out = []
+    for variant, seed, sm in rows:
+        curve = ", ".join(f"{a:.3f} @ {int(t)}" for t, a in zip(sm["tasks_seen"], sm["accuracy"]))
+        epochs = f"{sm['epochs_done']}{' (unfinished)' if sm['unfinished'] else ''}"
+        out.append(f"| {variant} | {seed} | {epochs} | {curve} | {_mean(sm['sim_valid_rate'])} | "
+                   f"{_mean(sm['zero_std_frac'])} | {_mean(sm['success_rate'])} | {(sm['wall_s'] or 0) / 60:.0f} |")
+    return out
 
 
 def _fmt(x) -> str:
