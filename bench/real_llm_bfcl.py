@@ -187,7 +187,7 @@ def report(args) -> None:
     Path(args.results, "real_llm_bfcl.json").write_text(json.dumps(result, indent=1))
     lines = ["# SmolLM2-135M on BFCL single-turn through GenEnv (CPU)", "",
              "`python bench/real_llm_bfcl.py` (recipe: `configs/cpu/bfcl.yaml`; held-out: every evaluation item of "
-             "simple_python and multiple, 239, scored by the environment's BFCL checker).", "",
+             f"simple_python and multiple, {HELD_OUT}, scored by the environment's BFCL checker).", "",
              f"- zero-shot accuracy: {_fmt(result['zero_shot_accuracy'])}",
              f"- warm-started agent (start of every run): {_fmt(result['warm_start_accuracy'])}", "",
              *TABLE_HEADER]
