@@ -36,3 +36,21 @@ def pack(
     if old_logp is not None:
         out["old_logp"] = old_logp
     return out
+
+
+def split_rows(batch: dict[str, Tensor], size: int | None) -> list[dict[str, Tensor]]:
+    """A packed batch as micro-batches of at most `size` rows, each cut to its own longest row
+    (rows are right-padded, so the cut loses only padding). Per-row values ([B], [B, T]) are split;
+    per-batch values (0-d, such as the sampling temperature) go to every micro-batch. None or a size
+    of at least B: the batch itself."""
+    n = int(batch["input_ids"].shape[0])
+    if size is None or size >= n:
+        return [batch]
+    if size < 1:
+        raise ValueError(f"micro_batch_size must be at least 1, got {size}")
+    out = []
+    for i in range(0, n, size):
+        rows = slice(i, i + size)
+        width = max(int(batch["attention_mask"][rows].sum(dim=1).max()), 1)
+        out.append({k: v if v.dim() == 0 else v[rows, :width] if v.dim() == 2 else v[rows] for k, v in batch.items()})
+    return out

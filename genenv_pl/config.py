@@ -23,6 +23,12 @@ class GRPOConfig:
     """A_i = (r_i - mean) / (std + adv_eps) within each group of G rollouts."""
     warmup_updates: int = 0
     """Linear lr warm-up over the first agent updates (Adam's first steps are large), in optimizer steps; 0: none."""
+    micro_batch_size: int | None = None
+    """Rollouts per forward/backward pass (verl's ppo_micro_batch_size_per_gpu): gradients of the
+    micro-batches accumulate into one optimizer step over the whole batch (coevo.agent_batch_size
+    groups), with the loss normalised as if it ran at once. A multiple of G keeps each group's shared
+    prompt in one pass. None: the whole batch in one pass. One process only (several ranks already
+    split the batch)."""
 
 
 @dataclass
@@ -45,6 +51,10 @@ class RWRConfig:
     """Largest global L2 norm of the simulator's gradient per update."""
     warmup_updates: int = 0
     """Linear lr warm-up over the first simulator updates, in optimizer steps; 0: none."""
+    micro_batch_size: int | None = None
+    """Simulator samples per forward/backward pass; gradients accumulate into one step over the whole
+    batch (coevo.sim_batch_size samples), and the KL cap measures that whole step. None: the whole
+    batch in one pass. One process only."""
     replay_per_epoch: int = 0
     """Beyond the paper: samples drawn from D_env (with replacement, with their stored R_env) and added to
     each epoch's simulator update, in band or not this epoch; 0 (Algorithm 1): the epoch's own set only."""

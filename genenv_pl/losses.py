@@ -10,10 +10,13 @@ import torch
 from torch import Tensor
 
 
-def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Mean over the tokens where mask is 1 ("token-level" aggregation over the whole batch)."""
+def masked_mean(x: Tensor, mask: Tensor, n_tokens: float | None = None) -> Tensor:
+    """Mean over the tokens where mask is 1 ("token-level" aggregation over the whole batch).
+
+    `n_tokens`: divide by this count instead of mask's own, for a micro-batch of a larger batch: the
+    micro-batches' values then sum to the whole batch's mean (gradient accumulation)."""
     mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+    return (x * mask).sum() / (n_tokens if n_tokens is not None else mask.sum().clamp(min=1.0))
 
 
 def group_advantages(rewards: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
@@ -29,7 +32,8 @@ def group_advantages(rewards: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor
     return adv, zero_std
 
 
-def clipped_surrogate(logp: Tensor, logp_old: Tensor, advantages: Tensor, mask: Tensor, clip_eps: float = 0.2) -> Tensor:
+def clipped_surrogate(logp: Tensor, logp_old: Tensor, advantages: Tensor, mask: Tensor, clip_eps: float = 0.2,
+                      n_tokens: float | None = None) -> Tensor:
     """PPO/GRPO clipped surrogate loss, token-level: -sum_t min(rho A, clip(rho) A) / #tokens.
 
     `advantages` is [B] (one per sequence) or [B, T]."""
@@ -38,7 +42,7 @@ def clipped_surrogate(logp: Tensor, logp_old: Tensor, advantages: Tensor, mask: 
     ratio = torch.exp(logp - logp_old)
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
-    return -masked_mean(torch.minimum(unclipped, clipped), mask)
+    return -masked_mean(torch.minimum(unclipped, clipped), mask, n_tokens)
 
 
 def low_var_kl(logp: Tensor, logp_ref: Tensor, clamp: float = 10.0, d_clamp: float = 20.0) -> Tensor:
@@ -75,12 +79,16 @@ def grpo_loss(
     clip_eps: float = 0.2,
     kl_coef: float = 0.001,
     entropy_coef: float = 0.001,
+    n_tokens: float | None = None,
 ) -> GRPOTerms:
-    """GRPO objective: clipped surrogate + kl_coef * low_var_kl(pi || pi_ref) - entropy_coef * H."""
-    pg = clipped_surrogate(logp, logp_old, advantages, mask, clip_eps)
-    kl = masked_mean(low_var_kl(logp, logp_ref), mask) if logp_ref is not None else torch.zeros_like(pg)
-    ent = masked_mean(entropy, mask)
-    clip_frac = masked_mean(clip_active(logp, logp_old, advantages, clip_eps).float(), mask)
+    """GRPO objective: clipped surrogate + kl_coef * low_var_kl(pi || pi_ref) - entropy_coef * H.
+
+    Every term is a mean over response tokens; `n_tokens` (the whole step's count) makes the terms of
+    its micro-batches add up to the whole step's."""
+    pg = clipped_surrogate(logp, logp_old, advantages, mask, clip_eps, n_tokens)
+    kl = masked_mean(low_var_kl(logp, logp_ref), mask, n_tokens) if logp_ref is not None else torch.zeros_like(pg)
+    ent = masked_mean(entropy, mask, n_tokens)
+    clip_frac = masked_mean(clip_active(logp, logp_old, advantages, clip_eps).float(), mask, n_tokens)
     return GRPOTerms(pg + kl_coef * kl - entropy_coef * ent, pg, kl, ent, clip_frac.detach())
 
 
@@ -107,9 +115,14 @@ class RWRTerms:
     kl: Tensor
 
 
-def rwr_loss(logp: Tensor, logp_ref: Tensor | None, weights: Tensor, mask: Tensor, kl_coef: float = 0.1) -> RWRTerms:
-    """Reward-weighted regression: mean_i w_i NLL_i + kl_coef * KL(pi || pi_init) on the same tokens."""
+def rwr_loss(logp: Tensor, logp_ref: Tensor | None, weights: Tensor, mask: Tensor, kl_coef: float = 0.1,
+             n_rows: int | None = None, n_tokens: float | None = None) -> RWRTerms:
+    """Reward-weighted regression: mean_i w_i NLL_i + kl_coef * KL(pi || pi_init) on the same tokens.
+
+    `n_rows` and `n_tokens` (the whole step's sequences and response tokens) make the terms of its
+    micro-batches add up to the whole step's."""
     nll = sequence_nll(logp, mask)
-    weighted = (weights.to(nll.dtype) * nll).mean()
-    kl = masked_mean(low_var_kl(logp, logp_ref), mask) if logp_ref is not None else torch.zeros_like(weighted)
-    return RWRTerms(weighted + kl_coef * kl, nll.mean(), kl)
+    rows = n_rows if n_rows is not None else nll.shape[0]
+    weighted = (weights.to(nll.dtype) * nll).sum() / rows
+    kl = masked_mean(low_var_kl(logp, logp_ref), mask, n_tokens) if logp_ref is not None else torch.zeros_like(weighted)
+    return RWRTerms(weighted + kl_coef * kl, nll.sum() / rows, kl)

@@ -9,6 +9,7 @@ counters and training stops by epochs.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -23,7 +24,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from genenv_pl.backends import SamplingParams, make_backend
 from genenv_pl.config import GRPOConfig, RWRConfig
 from genenv_pl.distributed import full_state_dict, shard_module, sharding
-from genenv_pl.losses import group_advantages, grpo_loss, low_var_kl, rwr_loss
+from genenv_pl.batching import split_rows
+from genenv_pl.losses import GRPOTerms, RWRTerms, group_advantages, grpo_loss, low_var_kl, rwr_loss
 from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base
 from genenv_pl.policy import Policy, causal_logprobs
 from genenv_pl.update import Updater
@@ -97,6 +99,11 @@ class GenEnvModule(L.LightningModule):
         strategy = self.trainer.strategy
         if self.trainer.state.fn == "fit":
             _check_strategy(strategy)
+            for key, cfg in (("grpo", self.grpo), ("rwr", self.rwr)):
+                if cfg.micro_batch_size is not None and self.trainer.world_size > 1:
+                    raise ValueError(f"model.{key}.micro_batch_size: gradient accumulation runs in one process only "
+                                     "(the rules that keep ranks in step count backward passes); with several ranks "
+                                     "each rank's batch is its share already: set it to null")
         if self.shared_base and sharding(strategy):
             raise ValueError("model.shared_base is not supported with FSDP (the two policies would shard one "
                              "model twice): use DDP, or two models (shared_base: false)")
@@ -186,33 +193,61 @@ class GenEnvModule(L.LightningModule):
 
     def _agent_step(self, b: dict[str, torch.Tensor]) -> None:
         """GRPO: the clipped surrogate on the batch's advantages, the KL to the starting agent and an
-        entropy bonus, on response tokens; log-probs at the temperature the rollouts were sampled at."""
-        mask, temperature = b["response_mask"], float(b["temperature"])
-        logp, entropy = self.agent.token_logprobs(b["input_ids"], b["attention_mask"], temperature, with_entropy=True,
-                                                  response_mask=mask, share_prompts=self._share_prompts)
-        logp_ref = self._ref_logprobs(self.agent, self.agent_ref, b) if self.grpo.kl_coef > 0 else None
-        t = grpo_loss(logp, b["old_logp"], logp_ref, entropy, b["advantages"], mask,
-                      self.grpo.clip_eps, self.grpo.kl_coef, self.grpo.entropy_coef)
-        if not self.updater.apply("agent", t.loss):
+        entropy bonus, on response tokens; log-probs at the temperature the rollouts were sampled at.
+        One optimizer step over the batch, in micro-batches of `grpo.micro_batch_size` rollouts."""
+        micro = split_rows(b, self.grpo.micro_batch_size)
+        n_tokens = float(b["response_mask"].sum()) if len(micro) > 1 else None  # (the step's: terms add up)
+        terms: list[GRPOTerms] = []
+
+        def losses():
+            for mb in micro:
+                mask, temperature = mb["response_mask"], float(mb["temperature"])
+                logp, entropy = self.agent.token_logprobs(mb["input_ids"], mb["attention_mask"], temperature,
+                                                          with_entropy=True, response_mask=mask,
+                                                          share_prompts=self._share_prompts)
+                logp_ref = self._ref_logprobs(self.agent, self.agent_ref, mb) if self.grpo.kl_coef > 0 else None
+                t = grpo_loss(logp, mb["old_logp"], logp_ref, entropy, mb["advantages"], mask,
+                              self.grpo.clip_eps, self.grpo.kl_coef, self.grpo.entropy_coef, n_tokens)
+                terms.append(_detached(t))
+                yield t.loss
+
+        if not self.updater.apply("agent", losses()):
             return
-        self.log_dict({"agent/loss": t.loss.detach(), "agent/pg_loss": t.pg_loss.detach(), "agent/kl": t.kl.detach(),
-                       "agent/entropy": t.entropy.detach(), "agent/clip_frac": t.clip_frac},
+        t = _summed(terms)
+        self.log_dict({"agent/loss": t.loss, "agent/pg_loss": t.pg_loss, "agent/kl": t.kl,
+                       "agent/entropy": t.entropy, "agent/clip_frac": t.clip_frac},
                       on_step=False, on_epoch=True, batch_size=int(b["input_ids"].shape[0]))
         self.log("agent/updates", float(self.counters["agent_updates"]), on_step=False, on_epoch=True, reduce_fx="max",
                  batch_size=1)
 
     def _sim_step(self, b: dict[str, torch.Tensor]) -> None:
         """Reward-weighted regression: the simulator's generations, weighted by their R_env (mean-1
-        weights), plus the KL to the initial simulator. A step past `rwr.kl_cap` is undone (`Updater`)."""
-        mask, temperature = b["response_mask"], float(b["temperature"])
-        logp, _ = self.simulator.token_logprobs(b["input_ids"], b["attention_mask"], temperature, response_mask=mask,
-                                                share_prompts=self._share_prompts)
-        logp_ref = self._ref_logprobs(self.simulator, self.sim_ref, b) if self.rwr.kl_coef > 0 else None
-        t = rwr_loss(logp, logp_ref, b["weights"], mask, self.rwr.kl_coef)
-        before = logp.detach()
-        if not self.updater.apply("sim", t.loss, kl_of_update=lambda: self._kl_of_update(before, b)):
+        weights), plus the KL to the initial simulator. One optimizer step over the batch, in
+        micro-batches of `rwr.micro_batch_size` samples; a step past `rwr.kl_cap` is undone (`Updater`)."""
+        micro = split_rows(b, self.rwr.micro_batch_size)
+        n_rows, n_tokens = (int(b["input_ids"].shape[0]), float(b["response_mask"].sum())) if len(micro) > 1 else (None, None)
+        terms: list[RWRTerms] = []
+        before: list[torch.Tensor] = []  # each micro-batch's log-probs before the step, for the KL cap
+
+        def losses():
+            for mb in micro:
+                mask = mb["response_mask"]
+                logp, _ = self.simulator.token_logprobs(mb["input_ids"], mb["attention_mask"], float(mb["temperature"]),
+                                                        response_mask=mask, share_prompts=self._share_prompts)
+                logp_ref = self._ref_logprobs(self.simulator, self.sim_ref, mb) if self.rwr.kl_coef > 0 else None
+                t = rwr_loss(logp, logp_ref, mb["weights"], mask, self.rwr.kl_coef, n_rows, n_tokens)
+                terms.append(_detached(t))
+                before.append(logp.detach())
+                yield t.loss
+
+        def kl_of_update() -> tuple[float, float]:
+            sums = [self._kl_of_update(lp, mb) for lp, mb in zip(before, micro)]
+            return sum(s for s, _ in sums), sum(n for _, n in sums)
+
+        if not self.updater.apply("sim", losses(), kl_of_update=kl_of_update):
             return
-        self.log_dict({"sim/loss": t.loss.detach(), "sim/nll": t.nll.detach(), "sim/kl": t.kl.detach()},
+        t = _summed(terms)
+        self.log_dict({"sim/loss": t.loss, "sim/nll": t.nll, "sim/kl": t.kl},
                       on_step=False, on_epoch=True, batch_size=int(b["input_ids"].shape[0]))
 
     def _kl_of_update(self, logp_before: torch.Tensor, b: dict[str, torch.Tensor]) -> tuple[float, float]:
@@ -351,6 +386,16 @@ def _check_strategy(strategy) -> None:
         raise ValueError("GenEnv under DDP needs find_unused_parameters=True (the agent's and the simulator's updates are "
                          "separate backward passes): use --trainer.strategy ddp_find_unused_parameters_true, or "
                          "DDPStrategy with init_args {find_unused_parameters: true}")
+
+
+def _detached(terms):
+    return dataclasses.replace(terms, **{f.name: getattr(terms, f.name).detach() for f in dataclasses.fields(terms)})
+
+
+def _summed(terms: list):
+    """One step's loss terms from its micro-batches' (each normalised by the whole step's counts)."""
+    return dataclasses.replace(terms[0], **{f.name: sum(getattr(t, f.name) for t in terms)
+                                            for f in dataclasses.fields(terms[0])})
 
 
 def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

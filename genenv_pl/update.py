@@ -2,7 +2,8 @@
 
 `GenEnvModule`'s agent and simulator steps build a loss and hand it to `Updater.apply`; the training
 step runs each role through `Updater.run`. In one process this is Lightning's manual-optimization
-recipe (`manual_backward`, clip, `step`, scheduler) with three guards:
+recipe (`manual_backward`, clip, `step`, scheduler), with gradient accumulation over micro-batches
+(`grpo.micro_batch_size`, `rwr.micro_batch_size`; one process only) and three guards:
 
 - a non-finite loss, or a finite loss that back-propagates a non-finite gradient, skips the step
   (counted in `train/nonfinite_skipped`);
@@ -29,7 +30,7 @@ Several ranks (DDP, FSDP) hold equal weights only if they take the same steps, s
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 from lightning.pytorch.utilities import rank_zero_info
@@ -61,12 +62,23 @@ class Updater:
         if role not in self._joined and self._sync.distributed:  # rule 1: join the ranks that stepped
             self.apply(role, None)
 
-    def apply(self, role: str, loss: torch.Tensor | None,
+    def apply(self, role: str, losses: Iterable[torch.Tensor] | None,
               kl_of_update: Callable[[], tuple[float, float]] | None = None) -> bool:
-        """One optimizer step of `role` on `loss`. `kl_of_update` (simulator) measures this rank's
-        batch after the step: (sum of per-token KL, number of tokens). Returns whether this rank's own
-        loss was applied (the caller logs its terms only then)."""
+        """One optimizer step of `role` on the sum of `losses`, one per micro-batch, each built only when
+        the previous one has gone backward (so one micro-batch's activations are alive at a time): a
+        generator. `kl_of_update` (simulator) measures this rank's batch after the step: (sum of
+        per-token KL, number of tokens). Returns whether this rank's own loss was applied (the caller
+        logs its terms only then)."""
         m, sync = self.module, self._sync
+        if losses is None:
+            loss = None
+        elif not sync.distributed:
+            return self._accumulate(role, losses, kl_of_update)
+        else:  # several ranks: one pass per step (the rules below count backward passes)
+            losses = list(losses)
+            if len(losses) != 1:  # (configure_model refuses micro_batch_size with several ranks)
+                raise RuntimeError(f"{role}: {len(losses)} micro-batches in one step with several ranks")
+            loss = losses[0]
         opt, policy = m.optimizers()[ROLES[role]], self._policy(role)
         finite = loss is not None and bool(torch.isfinite(loss))
         if loss is not None and not finite:
@@ -90,6 +102,29 @@ class Updater:
             return False
         opt.zero_grad(set_to_none=True)
         m.manual_backward(loss)
+        return self._step(role, own, kl_of_update)
+
+    def _accumulate(self, role: str, losses: Iterable[torch.Tensor], kl_of_update) -> bool:
+        """One process: back-propagate each micro-batch's loss as it comes, then one step. A non-finite
+        loss skips the whole step."""
+        m = self.module
+        opt = m.optimizers()[ROLES[role]]
+        opt.zero_grad(set_to_none=True)
+        passes = 0
+        for loss in losses:
+            if not bool(torch.isfinite(loss)):
+                opt.zero_grad(set_to_none=True)
+                self._skip_nonfinite(role)
+                return False
+            m.manual_backward(loss)
+            passes += 1
+        return passes > 0 and self._step(role, True, kl_of_update)
+
+    def _step(self, role: str, own: bool, kl_of_update) -> bool:
+        """After backward: the finite-gradient check, clipping, the optimizer step, the KL cap, the
+        backend's weights and the scheduler."""
+        m = self.module
+        opt, policy = m.optimizers()[ROLES[role]], self._policy(role)
         if not self._grads_finite(policy):
             opt.zero_grad(set_to_none=True)
             self._skip_nonfinite(role, "gradient")

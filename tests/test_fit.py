@@ -338,3 +338,46 @@ def test_heap_trim_runs_after_every_phase_and_the_starting_evaluation_runs_in_ev
     assert steps >= 1 and trim.calls["train_step"] == steps
     assert trim.calls["simulate"] >= 1 and trim.calls["rollout"] >= 1
     assert trim.calls["setup"] == 1 and trim.calls["validation"] >= 1
+
+
+def test_micro_batches_accumulate_to_the_same_step_as_the_whole_batch(tmp_path, cache, monkeypatch):
+    """grpo.micro_batch_size / rwr.micro_batch_size: the same epoch with each optimizer step run in
+    micro-batches (3 rollouts, splitting groups of G 4; 2 simulator samples) takes the same first agent
+    and simulator steps (their clipped gradients) and logs the same loss terms as with each step in one
+    pass, and it did take more backward passes. (Weights are not compared: Adam's first step moves every
+    weight by +-lr whatever its gradient's size, so a gradient at rounding level can flip a weight's move.)"""
+    import lightning as L
+
+    from genenv_pl.module import GenEnvModule
+
+    class FirstSteps(L.Callback):
+        def __init__(self):
+            self.grads = {}
+
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            role = "agent" if optimizer is module.optimizers()[0].optimizer else "sim"
+            policy = module.agent if role == "agent" else module.simulator
+            self.grads.setdefault(role, [p.grad.detach().clone() for p in policy.trainable_parameters()])
+
+    passes = []
+    real = GenEnvModule.manual_backward
+    monkeypatch.setattr(GenEnvModule, "manual_backward", lambda self, loss, *a, **k: (passes.append(1), real(self, loss, *a, **k))[1])
+    partial = ["--data.env_args.reward", "partial"]  # groups with unequal rewards: the agent's loss has a gradient
+    runs = {}
+    for name, micro in (("whole", []), ("micro", ["--model.grpo.micro_batch_size", "3", "--model.rwr.micro_batch_size", "2"])):
+        passes.clear()
+        (tmp_path / name).mkdir()
+        first = FirstSteps()
+        cli = _fit_with_callback(tmp_path / name, cache, first, *partial, *micro)
+        runs[name] = (len(passes), dict(cli.model.counters), first.grads,
+                      {k: float(v) for k, v in cli.trainer.callback_metrics.items() if k.startswith(("agent/", "sim/"))})
+    (n_whole, c_whole, g_whole, log_whole), (n_micro, c_micro, g_micro, log_micro) = runs["whole"], runs["micro"]
+    assert c_whole["agent_updates"] >= 1 and c_whole["sim_updates"] >= 1
+    assert (c_micro["agent_updates"], c_micro["sim_updates"]) == (c_whole["agent_updates"], c_whole["sim_updates"])
+    assert n_micro > n_whole
+    for role in ("agent", "sim"):
+        assert any(g.abs().max() > 0 for g in g_whole[role])
+        for a, b in zip(g_whole[role], g_micro[role]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+    for k in ("agent/loss", "agent/pg_loss", "agent/kl", "agent/entropy", "agent/clip_frac", "sim/loss", "sim/nll", "sim/kl"):
+        assert log_micro[k] == pytest.approx(log_whole[k], rel=1e-3, abs=1e-6), k

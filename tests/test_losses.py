@@ -173,3 +173,38 @@ def test_clip_frac_counts_only_tokens_where_the_clip_is_active(ratio, adv, activ
     lp = logp.clone().requires_grad_(True)
     clipped_surrogate(lp, logp_old, torch.tensor([adv]), mask, 0.2).backward()
     assert (lp.grad.abs().item() == 0.0) is (active or adv == 0.0)
+
+
+def _batch(seed: int = 0):
+    """Four rows of different response lengths, so that a token mean and a row mean differ."""
+    g = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(4, 6, generator=g) * 3
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0]], dtype=torch.float32)
+    return logp, -torch.rand(4, 6, generator=g) * 3, -torch.rand(4, 6, generator=g) * 3, torch.rand(4, 6, generator=g), mask
+
+
+@pytest.mark.parametrize("split", [[4], [2, 2], [1, 3], [1, 1, 1, 1], [3, 1]])
+def test_micro_batch_terms_with_the_steps_counts_add_up_to_the_whole_batch(split):
+    """Gradient accumulation: every term of every micro-batch, normalised by the whole step's token and
+    row counts, sums to the whole batch's term (token means and row means alike)."""
+    logp, old, ref, ent, mask = _batch()
+    adv, weights = torch.tensor([1.0, -0.5, 2.0, -1.5]), torch.tensor([0.2, 1.8, 1.0, 1.0])
+    whole_g = grpo_loss(logp, old, ref, ent, adv, mask, 0.2, 0.1, 0.01)
+    whole_r = rwr_loss(logp, ref, weights, mask, 0.3)
+    n_tokens = float(mask.sum())
+    parts_g, parts_r, i = [], [], 0
+    for n in split:
+        rows = slice(i, i + n)
+        i += n
+        parts_g.append(grpo_loss(logp[rows], old[rows], ref[rows], ent[rows], adv[rows], mask[rows], 0.2, 0.1, 0.01,
+                                 n_tokens=n_tokens))
+        parts_r.append(rwr_loss(logp[rows], ref[rows], weights[rows], mask[rows], 0.3, n_rows=4, n_tokens=n_tokens))
+    for name in ("loss", "pg_loss", "kl", "entropy", "clip_frac"):
+        assert sum(getattr(t, name) for t in parts_g).item() == pytest.approx(getattr(whole_g, name).item(), abs=1e-6)
+    for name in ("loss", "nll", "kl"):
+        assert sum(getattr(t, name) for t in parts_r).item() == pytest.approx(getattr(whole_r, name).item(), abs=1e-6)
+    # without the step's counts the parts' sum is not the whole's (the test above is not vacuous)
+    if len(split) > 1:
+        naive = sum(rwr_loss(logp[s], ref[s], weights[s], mask[s], 0.3).loss.item()
+                    for s in (slice(a, a + n) for a, n in zip([sum(split[:k]) for k in range(len(split))], split)))
+        assert naive != pytest.approx(whole_r.loss.item(), abs=1e-3)

@@ -168,10 +168,13 @@ def _tiny_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str)
     if os.path.isdir(path):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, cfg.dtype))
         return Policy(model, AutoTokenizer.from_pretrained(path), use_chat_template=False)
-    model = build_tiny_model(cfg.tiny, len(tokenizer), tokenizer.eos_token_id, seed=cfg.seed).to(getattr(torch, cfg.dtype))
-    policy = Policy(model, tokenizer, use_chat_template=False)
-    if cfg.warm_start.steps > 0:
-        _warm_start(policy, cfg, role, env)
+    # Built and warm-started on a forked RNG: the run's own sampling then does not depend on whether its
+    # warm start came from the cache (a cached run and a cold one with the same seed draw the same rollouts).
+    with torch.random.fork_rng():
+        model = build_tiny_model(cfg.tiny, len(tokenizer), tokenizer.eos_token_id, seed=cfg.seed).to(getattr(torch, cfg.dtype))
+        policy = Policy(model, tokenizer, use_chat_template=False)
+        if cfg.warm_start.steps > 0:
+            _warm_start(policy, cfg, role, env)
     _publish(policy.save_pretrained, path)  # atomic: a killed warm start never leaves a half-written cache
     return policy
 
