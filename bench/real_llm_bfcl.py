@@ -41,7 +41,7 @@ VARIANTS = ["genenv", "genenv-random", "static"]
 HELD_OUT = 239  # every evaluation item of simple_python and multiple
 KEPT_TAGS = ("val/", "agent/tasks_seen", "agent/zero_std_frac", "agent/train_reward", "coevo/success_rate",
              "coevo/invalid", "coevo/duplicate_rate", "coevo/valid_tasks", "coevo/in_band_frac",
-             "perf/generation_seconds", "sim/skipped_kl")
+             "perf/generation_seconds", "sim/skipped_kl", "agent/kl", "agent/updates", "sim/updates", "sim/update_kl")
 
 
 def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -79,8 +79,7 @@ def _trainer(out: Path, name: str, args, fit: bool) -> dict:
             "max_epochs": args.epochs,
             "check_val_every_n_epoch": args.val_every,
             "callbacks": [
-                {"class_path": "callbacks.AlphaCurriculumCallback",
-                 "init_args": {"alpha": 0.5, "beta": 2.0, "filtering_k": 0.1, "print_every_n_epochs": 1}},
+                {"class_path": "callbacks.AlphaCurriculumCallback", "init_args": {**_recipe_curriculum(), "print_every_n_epochs": 1}},
                 {"class_path": "callbacks.RolloutProgress"},
                 {"class_path": "callbacks.HeapTrim"},
                 {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
@@ -89,6 +88,13 @@ def _trainer(out: Path, name: str, args, fit: bool) -> dict:
             ],
         })
     return trainer
+
+
+def _recipe_curriculum() -> dict:
+    """The recipe's curriculum settings (alpha, beta, filtering_k): the study's trainer replaces the
+    config's callback list, and must not replace these with other values."""
+    recipe = yaml.safe_load((REPO / CONFIGS[-1]).read_text())
+    return next(c["init_args"] for c in recipe["trainer"]["callbacks"] if c["class_path"].endswith("AlphaCurriculumCallback"))
 
 
 def _run(cmd: list[str], log: Path) -> tuple[int, float, float]:
@@ -153,6 +159,8 @@ def summary(record: dict) -> dict:
         "tasks_seen": [x for x, _ in curve], "accuracy": [a for _, a in curve],
         "sim_valid_rate": [1 - i - d for i, d in zip(invalid, dup)],
         "zero_std_frac": _series(s, "agent/zero_std_frac"), "success_rate": _series(s, "coevo/success_rate"),
+        "in_band_frac": _series(s, "coevo/in_band_frac"), "agent_kl": _series(s, "agent/kl"),
+        "sim_updates": (_series(s, "sim/updates") or [None])[-1],
         "epochs_done": len(_series(s, "agent/zero_std_frac")), "wall_s": record.get("wall_s"),
         "peak_rss_gb": record.get("peak_rss_gb"),
     }
@@ -211,7 +219,8 @@ def report(args) -> None:
 
 
 TABLE_HEADER = ["| variant | seed | epochs | held-out accuracy by agent tasks seen | sim valid rate | zero-std frac | "
-                "success rate | wall (min) |", "|---|---|---|---|---|---|---|---|"]
+                "success rate | in band | sim updates | max agent KL | wall (min) |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
 
 
 def _table_rows(rows: list[tuple[str, str, dict]]) -> list[str]:
@@ -219,8 +228,11 @@ def _table_rows(rows: list[tuple[str, str, dict]]) -> list[str]:
     for variant, seed, sm in rows:
         curve = ", ".join(f"{a:.3f} @ {int(t)}" for t, a in zip(sm["tasks_seen"], sm["accuracy"]))
         epochs = f"{sm['epochs_done']}{' (unfinished)' if sm['unfinished'] else ''}"
+        sim_updates = "n/a" if sm.get("sim_updates") is None else str(int(sm["sim_updates"]))
+        kl = f"{max(sm['agent_kl']):.3f}" if sm.get("agent_kl") else "n/a"  # (runs kept before it was: n/a)
         out.append(f"| {variant} | {seed} | {epochs} | {curve} | {_mean(sm['sim_valid_rate'])} | "
-                   f"{_mean(sm['zero_std_frac'])} | {_mean(sm['success_rate'])} | {(sm['wall_s'] or 0) / 60:.0f} |")
+                   f"{_mean(sm['zero_std_frac'])} | {_mean(sm['success_rate'])} | {_mean(sm.get('in_band_frac', []))} | "
+                   f"{sim_updates} | {kl} | {(sm['wall_s'] or 0) / 60:.0f} |")
     return out
 
 

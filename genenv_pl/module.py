@@ -302,32 +302,24 @@ class GenEnvModule(L.LightningModule):
         self._log_eval(rows, "val")
 
     def _log_eval(self, rows, prefix: str) -> None:
-        n = len(rows)
-        self.log(f"{prefix}/accuracy", sum(r["accuracy"] for r in rows) / n, batch_size=n, on_epoch=True, sync_dist=True)
-        self.log(f"{prefix}/format_error_rate", sum(r.get("format_error", 0.0) for r in rows) / n, batch_size=n,
-                 on_epoch=True, sync_dist=True)
-        groups = defaultdict(list)
-        for r in rows:
-            groups[r["group"]].append(r["accuracy"])
-        for g, accs in groups.items():
-            self.log(f"{prefix}/accuracy_{g}", sum(accs) / len(accs), batch_size=len(accs), on_epoch=True, sync_dist=True)
+        for name, (value, n) in _eval_metrics(rows, prefix).items():
+            self.log(name, value, batch_size=n, on_epoch=True, sync_dist=True)
 
     def on_train_start(self) -> None:
-        # val/accuracy of the starting (warm-started) agent, before any co-evolution update.
+        # val/* of the starting (warm-started) agent, before any co-evolution update.
         if not self.eval_at_start or self.counters["agent_updates"] > 0 or self.trainer.limit_val_batches == 0:
             return
         # In the validation loop's batches (eval_batch_size, similar lengths together): the backend's own
         # chunks are far larger, and 239 BFCL prompts in one call allocated a 12 GB static KV cache.
         rows = [r for batch in self.trainer.datamodule.val_dataloader() for r in self.evaluate_tasks(batch)]
-        acc = sum(r["accuracy"] for r in rows) / max(len(rows), 1)
-        groups = defaultdict(list)
-        for r in rows:
-            groups[r["group"]].append(r["accuracy"])
-        metrics = {"val/accuracy": acc, **{f"val/accuracy_{g}": sum(v) / len(v) for g, v in groups.items()}}
+        if not rows:
+            return
+        metrics = {name: value for name, (value, _) in _eval_metrics(rows, "val").items()}
         for logger in self.loggers:
             logger.log_metrics(metrics, step=0)
-        rank_zero_info(f"[genenv] starting agent: val/accuracy {acc:.3f} " +
-                       " ".join(f"{g} {sum(v) / len(v):.2f}" for g, v in sorted(groups.items())))
+        rank_zero_info(f"[genenv] starting agent: val/accuracy {metrics['val/accuracy']:.3f} " +
+                       " ".join(f"{k.removeprefix('val/accuracy_')} {v:.2f}" for k, v in sorted(metrics.items())
+                                if k.startswith("val/accuracy_")))
 
     def test_step(self, batch, batch_idx: int) -> None:
         rows = self.evaluate_tasks(batch)
@@ -386,6 +378,18 @@ def _check_strategy(strategy) -> None:
         raise ValueError("GenEnv under DDP needs find_unused_parameters=True (the agent's and the simulator's updates are "
                          "separate backward passes): use --trainer.strategy ddp_find_unused_parameters_true, or "
                          "DDPStrategy with init_args {find_unused_parameters: true}")
+
+
+def _eval_metrics(rows: list[dict[str, Any]], prefix: str) -> dict[str, tuple[float, int]]:
+    """Accuracy, format-error rate and per-group accuracy of evaluated rows: name -> (mean, rows it is over)."""
+    n = len(rows)
+    out = {f"{prefix}/accuracy": (sum(r["accuracy"] for r in rows) / n, n),
+           f"{prefix}/format_error_rate": (sum(r.get("format_error", 0.0) for r in rows) / n, n)}
+    groups = defaultdict(list)
+    for r in rows:
+        groups[r["group"]].append(r["accuracy"])
+    out.update({f"{prefix}/accuracy_{g}": (sum(accs) / len(accs), len(accs)) for g, accs in groups.items()})
+    return out
 
 
 def _detached(terms):
