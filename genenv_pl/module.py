@@ -22,9 +22,9 @@ from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info
 
 from genenv_pl.backends import SamplingParams, make_backend
+from genenv_pl.batching import split_rows
 from genenv_pl.config import GRPOConfig, RWRConfig
 from genenv_pl.distributed import full_state_dict, shard_module, sharding
-from genenv_pl.batching import split_rows
 from genenv_pl.losses import GRPOTerms, RWRTerms, group_advantages, grpo_loss, low_var_kl, rwr_loss
 from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base
 from genenv_pl.policy import Policy, causal_logprobs
