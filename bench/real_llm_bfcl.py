@@ -82,9 +82,11 @@ def _trainer(out: Path, name: str, args, fit: bool) -> dict:
                 {"class_path": "callbacks.AlphaCurriculumCallback", "init_args": {**_recipe_curriculum(), "print_every_n_epochs": 1}},
                 {"class_path": "callbacks.RolloutProgress"},
                 {"class_path": "callbacks.HeapTrim"},
+                # save_top_k 1 without a monitor: the latest epoch, every epoch (at 0, Lightning wrote last.ckpt
+                # only when the fit ended, so a killed fit had nothing to resume from)
                 {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                  "init_args": {"dirpath": str(out / "ckpt" / name), "save_last": True, "every_n_epochs": 1,
-                               "save_top_k": 0, "save_on_train_epoch_end": True}},
+                               "save_top_k": 1, "save_on_train_epoch_end": True}},
             ],
         })
     return trainer
