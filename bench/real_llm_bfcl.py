@@ -230,10 +230,10 @@ def _table_rows(rows: list[tuple[str, str, dict]]) -> list[str]:
     for variant, seed, sm in rows:
         curve = ", ".join(f"{a:.3f} @ {int(t)}" for t, a in zip(sm["tasks_seen"], sm["accuracy"]))
         epochs = f"{sm['epochs_done']}{' (unfinished)' if sm['unfinished'] else ''}"
-        sim_updates = "n/a" if sm.get("sim_updates") is None else str(int(sm["sim_updates"]))
-        kl = f"{max(sm['agent_kl']):.3f}" if sm.get("agent_kl") else "n/a"  # (runs kept before it was: n/a)
+        sim_updates = "n/a" if sm["sim_updates"] is None else str(int(sm["sim_updates"]))
+        kl = f"{max(sm['agent_kl']):.3f}" if sm["agent_kl"] else "n/a"  # (runs kept before it was: n/a)
         out.append(f"| {variant} | {seed} | {epochs} | {curve} | {_mean(sm['sim_valid_rate'])} | "
-                   f"{_mean(sm['zero_std_frac'])} | {_mean(sm['success_rate'])} | {_mean(sm.get('in_band_frac', []))} | "
+                   f"{_mean(sm['zero_std_frac'])} | {_mean(sm['success_rate'])} | {_mean(sm['in_band_frac'])} | "
                    f"{sim_updates} | {kl} | {(sm['wall_s'] or 0) / 60:.0f} |")
     return out
 
