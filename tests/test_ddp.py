@@ -225,3 +225,12 @@ def test_plain_ddp_is_refused_with_the_strategy_to_use():
     with pytest.raises(ValueError, match="ddp_find_unused_parameters_true"):
         _check_strategy(DDPStrategy())
     _check_strategy(DDPStrategy(find_unused_parameters=True))
+
+
+def test_micro_batches_with_several_ranks_are_refused_naming_the_key(tmp_path, cache):
+    """Each rank's batch is its share already, and the rules that keep ranks in step count backward
+    passes: gradient accumulation is one-process only, refused before any model is built."""
+    rc, out, _ = _run(tmp_path, cache, 1, [], *DDP, "--model.rwr.micro_batch_size", "2", timeout=300)
+    assert rc != 0, out[-6000:]
+    assert "model.rwr.micro_batch_size: gradient accumulation runs in one process only" in out, out[-6000:]
+    assert not (tmp_path / "ckpt" / "last.ckpt").exists()
