@@ -15,6 +15,11 @@ Stages, each one `main.py` run in a subprocess:
    same held-out items (every evaluation item of both categories, 239) before training
    (`warm_start_accuracy`) and every `--val-every` epochs.
 
+3. per-item scores (`main.py test`, the same items): the warm-started agent, and the final agent of
+   each finished fit (its last checkpoint), for paired comparisons: two agents scored on the same
+   items agree on most of them, so the standard error of their difference, taken from the per-item
+   differences, can be far smaller than that of two independent accuracies.
+
 Resumable: a finished stage keeps its scalars in `bench/results/real_llm_bfcl_runs/<stage>.json`
 (committed) and is never run again; an unfinished fit resumes from its last epoch checkpoint
 (`<out>/ckpt/<stage>/last.ckpt`, pools and counters included) and its TensorBoard versions are
@@ -145,6 +150,68 @@ def fit(out: Path, variant: str, seed: int, args) -> None:
                 "scalars": scalars(out / "runs" / name)})
 
 
+def item_scores(out: Path, stage: str, args, ckpt: Path | None) -> None:
+    """Per-item held-out scores of one agent by `main.py test` on the held-out items of val/accuracy:
+    the warm-started agent (`ckpt` None: the cached warm starts, fresh adapters) or a finished fit's
+    final agent. Kept as `real_llm_bfcl_runs/items/<stage>.json`: item -> [accuracy, format error]."""
+    path = run_file(args, f"items/{stage}")
+    if path.exists():
+        return
+    if ckpt is not None and not ckpt.exists():
+        print(f"{stage}: no checkpoint at {ckpt}, per-item scores skipped", flush=True)
+        return
+    log_dir = out / "test_runs" / stage / "version_0"
+    cfg = {"trainer": {"logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                                  "init_args": {"save_dir": str(out / "test_runs"), "name": stage, "version": 0}}}}
+    (out / f"{stage}.test.yaml").write_text(yaml.safe_dump(cfg))
+    print(f"{stage}: per-item scores ...", flush=True)
+    cmd = ["test", *CONFIGS, "--config", str(out / f"{stage}.test.yaml")] + (["--ckpt_path", str(ckpt)] if ckpt else [])
+    rc, wall, _ = _run(cmd, out / f"{stage}.test.log")
+    if rc:
+        raise SystemExit(f"{stage}: per-item scores failed (exit {rc}); see {out / f'{stage}.test.log'}")
+    rows = json.loads((log_dir / "test_results.json").read_text())["rows"]
+    keep(path, {"stage": stage, "ckpt": ckpt is not None, "wall_s": wall,
+                "items": {f"{r['group']}/{r['id']}": [r["accuracy"], r.get("format_error", 0.0)] for r in rows}})
+
+
+def paired(a: dict, b: dict) -> dict:
+    """a minus b on the items both scored: the difference of accuracies, its standard error from the
+    per-item differences (paired), and the items a answers right that b does not, and the reverse."""
+    keys = sorted(set(a) & set(b))
+    d = [a[k][0] - b[k][0] for k in keys]
+    n = len(d)
+    return {"n": n, "diff": sum(d) / n, "se": statistics.stdev(d) / n ** 0.5 if n > 1 else float("nan"),
+            "gained": sum(x > 0 for x in d), "lost": sum(x < 0 for x in d),
+            "a": sum(a[k][0] for k in keys) / n, "b": sum(b[k][0] for k in keys) / n}
+
+
+def paired_lines(args, result: dict) -> list[str]:
+    """Markdown: every final agent against the warm-started agent, and each genenv seed against each
+    baseline run, paired on the same items."""
+    items = {p.stem: json.loads(p.read_text())["items"] for p in sorted(run_file(args, "items/x").parent.glob("*.json"))}
+    warm = items.pop("warm_start", None)
+    if warm is None or not items:
+        return []
+    result["paired"] = {}
+    lines = ["", "Paired on the same items (`main.py test`; final agent = the fit's last checkpoint). SE: the "
+             "standard error of the mean per-item difference.", "",
+             "| final agent | accuracy | minus warm start | SE | items gained / lost |", "|---|---|---|---|---|"]
+    for stage, it in items.items():
+        pr = paired(it, warm)
+        result["paired"][f"{stage} - warm_start"] = pr
+        lines.append(f"| {stage} | {pr['a']:.3f} | {pr['diff']:+.3f} | {pr['se']:.3f} | {pr['gained']} / {pr['lost']} |")
+    genenv = [s for s in items if s.startswith("genenv_s")]
+    others = [s for s in items if not s.startswith("genenv_s")]
+    if genenv and others:
+        lines += ["", "| genenv minus | difference | SE | items gained / lost |", "|---|---|---|---|"]
+        for g in genenv:
+            for o in others:
+                pr = paired(items[g], items[o])
+                result["paired"][f"{g} - {o}"] = pr
+                lines.append(f"| {g} - {o} | {pr['diff']:+.3f} | {pr['se']:.3f} | {pr['gained']} / {pr['lost']} |")
+    return lines
+
+
 def _series(s: dict, tag: str) -> list[float]:
     return [v for _, v in s.get(tag, [])]
 
@@ -194,6 +261,7 @@ def report(args) -> None:
         result["variants"].setdefault(record["variant"], {})[f"s{record['seed']}"] = sm
         if sm["accuracy"]:
             result["warm_start_accuracy"] = sm["accuracy"][0]  # the same warm-started agent in every run
+    paired_table = paired_lines(args, result)
     Path(args.results, "real_llm_bfcl.json").write_text(json.dumps(result, indent=1))
     lines = ["# SmolLM2-135M on BFCL single-turn through GenEnv (CPU)", "",
              "`python bench/real_llm_bfcl.py` (recipe: `configs/cpu/bfcl.yaml`; held-out: every evaluation item of "
@@ -209,6 +277,7 @@ def report(args) -> None:
         p = result["warm_start_accuracy"]
         lines += ["", f"One standard error of a held-out accuracy near {p:.2f} over {HELD_OUT} items: "
                       f"{(p * (1 - p) / HELD_OUT) ** 0.5:.3f}."]
+    lines += paired_table
     # Runs of an earlier recipe, kept for the record (moved by hand into superseded/, named after what changed).
     superseded = sorted(run_file(args, "x").parent.glob("superseded/*.json"))
     if superseded:
@@ -288,8 +357,10 @@ def main() -> None:
         for variant, seed in order:
             if variant == "zero-shot":
                 zero_shot(out, args)
+                item_scores(out, "warm_start", args, None)
             else:
                 fit(out, variant, seed, args)
+                item_scores(out, f"{variant}_s{seed}", args, out / "ckpt" / f"{variant}_s{seed}" / "last.ckpt")
             report(args)
     report(args)
 
