@@ -18,7 +18,7 @@ Stages, each one `main.py` run in a subprocess:
 3. per-item scores (`main.py test`, the same items): the warm-started agent, and the final agent of
    each finished fit (its last checkpoint), for paired comparisons: two agents scored on the same
    items agree on most of them, so the standard error of their difference, taken from the per-item
-   differences, can be far smaller than that of two independent accuracies.
+   differences, is smaller than that of two independent accuracies (here about half).
 
 Resumable: a finished stage keeps its scalars in `bench/results/real_llm_bfcl_runs/<stage>.json`
 (committed) and is never run again; an unfinished fit resumes from its last epoch checkpoint
@@ -76,8 +76,7 @@ def keep(path: Path, record: dict) -> None:
 def _trainer(out: Path, name: str, args, fit: bool) -> dict:
     trainer: dict = {
         "limit_val_batches": 1.0,
-        "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                   "init_args": {"save_dir": str(out / "runs"), "name": name}},
+        "logger": _logger(out / "runs", name),
     }
     if fit:
         trainer.update({
@@ -95,6 +94,11 @@ def _trainer(out: Path, name: str, args, fit: bool) -> dict:
             ],
         })
     return trainer
+
+
+def _logger(save_dir: Path, name: str, **init_args) -> dict:
+    return {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+            "init_args": {"save_dir": str(save_dir), "name": name, **init_args}}
 
 
 def _recipe_curriculum() -> dict:
@@ -161,8 +165,7 @@ def item_scores(out: Path, stage: str, args, ckpt: Path | None) -> None:
         print(f"{stage}: no checkpoint at {ckpt}, per-item scores skipped", flush=True)
         return
     log_dir = out / "test_runs" / stage / "version_0"
-    cfg = {"trainer": {"logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                                  "init_args": {"save_dir": str(out / "test_runs"), "name": stage, "version": 0}}}}
+    cfg = {"trainer": {"logger": _logger(out / "test_runs", stage, version=0)}}
     (out / f"{stage}.test.yaml").write_text(yaml.safe_dump(cfg))
     print(f"{stage}: per-item scores ...", flush=True)
     cmd = ["test", *CONFIGS, "--config", str(out / f"{stage}.test.yaml")] + (["--ckpt_path", str(ckpt)] if ckpt else [])
