@@ -408,6 +408,9 @@ class BFCLEnv(Environment):
                 the task keeps the seed's function docs and every call is checked against their
                 JSON schemas. Its output is a tenth as long (a few dozen tokens instead of
                 hundreds), which is what makes sampling a small simulator on a CPU practical.
+                The gold follows the seed's (`_answer_from_call`): kept values accept the seed's
+                spellings, optional arguments stay optional; a call that disagrees with its own
+                request on a value the seed's request states is rejected (`unstated_change`).
         """
         self.categories = list(categories) if categories else list(DEFAULT_CATEGORIES)
         refused = [c for c in self.categories if c in UNSUPPORTED]
@@ -619,19 +622,33 @@ class BFCLEnv(Environment):
         copied = self._known_requests.get(normalize_text(gen.question))
         if copied:
             raise InvalidTask(copied, gen.question[:80])
+        seed_answers = self._seed_answers(sd) if self.simulator_writes == "request" else {}
+        for c in gen.calls:
+            unstated = unstated_change(c, seed_answers.get(c["name"]), self._question(sd), gen.question)
+            if unstated:
+                raise InvalidTask("unstated_value", f"{c['name']}.{unstated}")
         if not gen.calls:
             mode, gold = "irrelevance", None
         elif sd["mode"] == "sequence":
             mode, gold = "sequence", gen.calls
         else:
             mode, gold = ("parallel" if len(gen.calls) > 1 else "multiple"), [
-                _answer_from_call(c, gen.tools) for c in gen.calls]
+                _answer_from_call(c, gen.tools, seed_answers.get(c["name"])) for c in gen.calls]
         context = sd.get("context", "") if sd["mode"] == "sequence" else ""
         data = {"mode": mode, "category": sd["category"], "tools": gen.tools, "context": context,
                 "messages": [{"role": "user", "content": gen.question}], "gold": gold}
         digest = hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:12]
         return Task(id=f"{seed.id}/gen-{digest}", data=data, difficulty=self._difficulty(data),
                     group=seed.group, meta={"seed_id": seed.id, "generated": True})
+
+    @staticmethod
+    def _seed_answers(sd: dict[str, Any]) -> dict[str, dict[str, list]]:
+        """The seed's BFCL gold by function name, for the functions it calls once (Python AST seeds
+        only: a Java/JavaScript seed's gold is typed, its variations' values are source text)."""
+        if sd["mode"] not in ("simple", "multiple", "parallel") or sd.get("language") or not sd.get("gold"):
+            return {}
+        names = [next(iter(g)) for g in sd["gold"]]
+        return {n: g[n] for n, g in zip(names, sd["gold"]) if names.count(n) == 1}
 
     def task_key(self, task: Task) -> str:
         """Normalized conversation, tool names and gold call names: a generated copy of a seed (or
@@ -741,13 +758,70 @@ def value_variation(data: dict[str, Any], rng) -> tuple[str, list[ToolCall]] | N
     return question, [new_call]
 
 
-def _answer_from_call(call: ToolCall, tools: list[ToolSchema]) -> dict[str, dict[str, list]]:
+def _stated(value: Any, text: str) -> bool:
+    """Whether a scalar value is written in `text` (as `value_variation` writes it: the literal,
+    case-insensitive, not inside a longer word or number; 200.0 also as 200)."""
+    if isinstance(value, str):
+        value = value.strip()
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or value == "":
+        return False
+    forms = {_literal(value)} | ({str(int(value))} if isinstance(value, float) and value.is_integer() else set())
+    return any(re.search(r"(?<![\w.])" + re.escape(f) + r"(?![\w]|\.\d)", text, re.IGNORECASE) for f in forms)
+
+
+def unstated_change(call: ToolCall, seed_answer: dict[str, list] | None, seed_question: str, question: str) -> str | None:
+    """`param=value` for the first argument of a request-mode variation whose gold value its own
+    request does not state, where it should: the seed's request states that argument's value, or
+    the argument is optional and unstated in the seed and the call sets it to another value than the
+    seed's. It catches a gold call that disagrees with its request ("8%" -> 0.8, a city renamed in
+    the request but not in the call) and one that demands a value nothing asks for (unit="imperial"
+    where the seed accepted the default). A value kept from the seed passes when the request states
+    any of the seed's options for it. Booleans, lists and dicts, and required arguments the seed does
+    not state literally (0.08 for "8%"), are not checked. None when all pass."""
+    if not seed_answer:
+        return None
+    for pname, value in call["parameters"].items():
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            continue
+        allowed = seed_answer.get(pname, [""])  # absent from the seed's gold: it may be left out
+        options = [o for o in allowed if o != ""]
+        kept = _same_option(value, options)
+        if any(_stated(o, seed_question) for o in options):
+            if not (_stated(value, question) or kept and any(_stated(o, question) for o in options)):
+                return f"{pname}={value!r}"
+        elif "" in allowed and not kept and not _stated(value, question):
+            return f"{pname}={value!r}"
+    return None
+
+
+def _same_option(value: Any, options: list[Any]) -> bool:
+    """Whether `value` is one of a BFCL gold's acceptable `options` (strings as bfcl compares them)."""
+    if isinstance(value, bool):
+        return any(o is value for o in options)
+    if isinstance(value, str):
+        return any(isinstance(o, str) and o != "" and _std(o) == _std(value) for o in options)
+    return any(not isinstance(o, (bool, str)) and o == value for o in options)
+
+
+def _answer_from_call(call: ToolCall, tools: list[ToolSchema],
+                      seed_answer: dict[str, list] | None = None) -> dict[str, dict[str, list]]:
     """A generated call as BFCL gold: its values are the only acceptable ones; other declared
-    parameters may be omitted or given their documented default."""
+    parameters may be omitted or given their documented default.
+
+    With the seed's gold for the same function (request mode, where the task keeps the seed's
+    function docs), an argument the variation left at one of the seed's acceptable values keeps
+    all of them, and one it left out keeps the seed's options when the seed allows leaving it out.
+    Without this a variation would be stricter than its seed (the concrete call names one of
+    "Miami"/"Miami, FL" and sets optional arguments the request never mentions), and an agent
+    that answers as BFCL accepts would score 0 on it."""
     tool = _tool_named(tools, call["name"]) or {}
     props = tool.get("parameters", {}).get("properties", {})
+    seed_answer = seed_answer or {}
     allowed: dict[str, list] = {}
     for pname, value in call["parameters"].items():
+        if _same_option(value, seed_answer.get(pname, [])):
+            allowed[pname] = list(seed_answer[pname])
+            continue
         spec = props.get(pname, {})
         declared = canonical_type(spec.get("type"))
         item_type = canonical_type((spec.get("items") or {}).get("type"))
@@ -761,5 +835,8 @@ def _answer_from_call(call: ToolCall, tools: list[ToolSchema]) -> dict[str, dict
             allowed[pname] = [value]
     for pname, spec in props.items():
         if pname not in allowed:
-            allowed[pname] = ["", spec["default"]] if "default" in spec else [""]
+            if "" in seed_answer.get(pname, []):
+                allowed[pname] = list(seed_answer[pname])
+            else:
+                allowed[pname] = ["", spec["default"]] if "default" in spec else [""]
     return {call["name"]: allowed}

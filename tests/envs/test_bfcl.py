@@ -26,7 +26,7 @@ from genenv_pl.envs.bfcl import (
     BFCLEnv,
     split_bucket,
 )
-from genenv_pl.envs.toolcall import render_calls
+from genenv_pl.envs.toolcall import normalize_text, render_calls
 
 # ---- the reference checkers ---------------------------------------------------------------------
 
@@ -554,17 +554,104 @@ def test_request_mode_prompt_and_good_generation(request_env: BFCLEnv) -> None:
     messages = env.simulator_prompt(seed, 0.5)
     assert "do not write them" in messages[0]["content"] and '"tools"' not in messages[0]["content"].split("Rules")[0]
     gold = env._gold_calls(seed.data)[0]
-    text = "Sure!\n```json\n" + json.dumps({"question": "A brand new request, please.", "calls": [gold]}) + "\n```"
+    question = env._question(seed.data) + " A brand new request, please."  # it states the seed's values
+    text = "Sure!\n```json\n" + json.dumps({"question": question, "calls": [gold]}) + "\n```"
     task = env.parse_task(text, seed)
     # the task keeps every seed function (distractors included) and scores with BFCL's rules
     assert task.data["tools"] == seed.data["tools"] and task.data["mode"] == "multiple"
-    assert task.data["messages"] == [{"role": "user", "content": "A brand new request, please."}]
+    assert task.data["messages"] == [{"role": "user", "content": question}]
     assert env.score(task, as_text([gold]))["accuracy"] == 1.0
     other = next((t["name"] for t in seed.data["tools"] if t["name"] != gold["name"]), None)
     if other is not None:
         assert env.score(task, as_text([{**gold, "name": other}]))["accuracy"] == 0.0
-    two = env.parse_task(json.dumps({"question": "Twice.", "calls": [gold, gold]}), seed)
+    two = env.parse_task(json.dumps({"question": question + " Twice.", "calls": [gold, gold]}), seed)
     assert two.data["mode"] == "parallel"
+
+
+SEED_Q = "Distance from New York, USA to Miami, USA in 2022, at most 8 stops, 200 miles a day."
+SEED_GOLD = {"start": ["New York, USA", "New York"], "end": ["Miami, USA", "Miami", "Miami, FL"],
+             "year": [2022], "stops": [8, ""], "pace": [200.0], "unit": ["", "km"], "toll": [True]}
+
+
+@pytest.mark.parametrize("params,question,unstated", [
+    ({"year": 2023}, "... Miami, USA in 2023 ...", None),  # changed and stated
+    ({"year": 2023}, "... Miami, USA in 2022 ...", "year=2023"),  # changed in the call only
+    ({"end": "Miami, USA"}, "to Los Angeles, USA", "end='Miami, USA'"),  # changed in the request only
+    ({"end": "Miami"}, "to Miami, FL", None),  # kept: any of the seed's options may be stated
+    ({"end": "Orlando"}, "to orlando", None),  # case-insensitive
+    ({"end": " Orlando "}, "to Orlando.", None),  # stray spaces in the value
+    ({"pace": 150.0}, "150 miles a day", None),  # 150.0 written as 150
+    ({"stops": 2}, "at most 20 stops", "stops=2"),  # not inside a longer number
+    ({"unit": "mi"}, "in miles", None),  # the seed does not state its unit: not checked
+    ({"toll": False}, "no tolls", None),  # booleans are not checked
+    ({"year": 2023, "stops": 9}, "in 2023, 8 stops", "stops=9"),
+])
+def test_unstated_change(params: dict, question: str, unstated: str | None) -> None:
+    """A request-mode variation's gold must agree with its own request on what the seed's request states."""
+    from genenv_pl.envs.bfcl import unstated_change
+
+    assert unstated_change({"name": "f", "parameters": params}, SEED_GOLD, SEED_Q, question) == unstated
+    assert unstated_change({"name": "f", "parameters": params}, None, SEED_Q, question) is None
+
+
+SCHEMA = [{"name": "f", "description": "", "parameters": {"type": "dict", "properties": {
+    "start": {"type": "string"}, "end": {"type": "string"}, "year": {"type": "integer"},
+    "stops": {"type": "integer", "default": 8}, "pace": {"type": "float"},
+    "unit": {"type": "string", "default": "km"}, "toll": {"type": "boolean"}}, "required": ["start", "end"]}}]
+
+
+@pytest.mark.parametrize("params,expected", [
+    # kept values keep every option of the seed; changed ones accept only themselves
+    ({"start": "New York", "end": "Orlando"}, {"start": SEED_GOLD["start"], "end": ["Orlando"]}),
+    ({"start": "new york, usa", "end": "Miami"}, {"start": SEED_GOLD["start"], "end": SEED_GOLD["end"]}),
+    ({"start": "A", "end": "B", "year": 2022, "pace": 200}, {"year": [2022], "pace": [200.0]}),
+    # left out: the seed's options when the seed may leave it out, else omit-or-default as without a seed
+    ({"start": "A", "end": "B"}, {"stops": [8, ""], "unit": ["", "km"], "year": [""], "toll": [""]}),
+    ({"start": "A", "end": "B", "stops": 3, "toll": True}, {"stops": [3], "toll": [True]}),
+])
+def test_generated_gold_inherits_the_seeds_options(params: dict, expected: dict) -> None:
+    """Without the seed, a variation is stricter than its seed: an agent that answers as BFCL accepts
+    ("Miami, FL", an optional argument left out) would score 0 on it."""
+    from genenv_pl.envs.bfcl import _answer_from_call
+
+    allowed = _answer_from_call({"name": "f", "parameters": params}, SCHEMA, SEED_GOLD)["f"]
+    assert {k: allowed[k] for k in expected} == expected
+    alone = _answer_from_call({"name": "f", "parameters": params}, SCHEMA)["f"]
+    assert alone["start"] == [params["start"]]
+    assert alone["stops"] == ([params["stops"]] if "stops" in params else ["", 8])
+
+
+def test_request_mode_gold_follows_the_seed(request_env: BFCLEnv) -> None:
+    """Through parse_task, on the warm start's variations: arguments the variation kept accept every
+    spelling the seed accepts; the same call under a request that states another number for one of
+    its arguments is counted as `unstated_value`."""
+    from genenv_pl.envs.bfcl import value_variation
+
+    env = request_env
+    kept = rejected = 0
+    for seed in env.seed_tasks():
+        v = value_variation(seed.data, random.Random(0))
+        if v is None or len(seed.data["gold"]) != 1:
+            continue
+        question, calls = v
+        if normalize_text(question) in env._known_requests:
+            continue
+        task = env.parse_task(json.dumps({"question": question, "calls": calls}), seed)
+        ((name, options),), ((_, allowed),) = seed.data["gold"][0].items(), task.data["gold"][0].items()
+        for pname, value in calls[0]["parameters"].items():
+            if value in options.get(pname, []) and not isinstance(value, bool):
+                assert allowed[pname] == options[pname]
+                kept += 1
+        for pname, value in calls[0]["parameters"].items():
+            literal = re.compile(r"(?<![\w.])" + re.escape(str(value)) + r"(?![\w]|\.\d)")
+            if type(value) is int and len(literal.findall(question)) == 1:
+                other = literal.sub(str(value + 1), question)
+                with pytest.raises(InvalidTask) as err:
+                    env.parse_task(json.dumps({"question": other, "calls": calls}), seed)
+                assert err.value.reason in ("unstated_value", "copies_seed", "copies_eval")
+                rejected += err.value.reason == "unstated_value"
+                break
+    assert kept >= 50 and rejected >= 50
 
 
 def _enum_seed(env: BFCLEnv) -> tuple[Task, str, dict]:
