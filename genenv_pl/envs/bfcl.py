@@ -409,8 +409,9 @@ class BFCLEnv(Environment):
                 JSON schemas. Its output is a tenth as long (a few dozen tokens instead of
                 hundreds), which is what makes sampling a small simulator on a CPU practical.
                 The gold follows the seed's (`_answer_from_call`): kept values accept the seed's
-                spellings, optional arguments stay optional; a call that disagrees with its own
-                request on a value the seed's request states is rejected (`unstated_change`).
+                spellings, optional arguments stay optional; a call whose value for an argument
+                the seed's request states, or for an optional one it changes, is not written in its
+                own request is rejected (`unstated_change`).
         """
         self.categories = list(categories) if categories else list(DEFAULT_CATEGORIES)
         refused = [c for c in self.categories if c in UNSUPPORTED]

@@ -568,9 +568,9 @@ def test_request_mode_prompt_and_good_generation(request_env: BFCLEnv) -> None:
     assert two.data["mode"] == "parallel"
 
 
-SEED_Q = "Distance from New York, USA to Miami, USA in 2022, at most 8 stops, 200 miles a day."
+SEED_Q = "Distance from New York, USA to Miami, USA in 2022, at most 8 stops, 200 miles a day, 5% slower."
 SEED_GOLD = {"start": ["New York, USA", "New York"], "end": ["Miami, USA", "Miami", "Miami, FL"],
-             "year": [2022], "stops": [8, ""], "pace": [200.0], "unit": ["", "km"], "toll": [True]}
+             "year": [2022], "stops": [8, ""], "pace": [200.0], "unit": ["", "km"], "toll": [True], "slower": [0.05]}
 
 
 @pytest.mark.parametrize("params,question,unstated", [
@@ -582,8 +582,13 @@ SEED_GOLD = {"start": ["New York, USA", "New York"], "end": ["Miami, USA", "Miam
     ({"end": " Orlando "}, "to Orlando.", None),  # stray spaces in the value
     ({"pace": 150.0}, "150 miles a day", None),  # 150.0 written as 150
     ({"stops": 2}, "at most 20 stops", "stops=2"),  # not inside a longer number
-    ({"unit": "mi"}, "in miles", None),  # the seed does not state its unit: not checked
+    ({"unit": "km"}, "in miles", None),  # optional, unstated in the seed, kept at the seed's value
+    ({"unit": "mi"}, "in mi", None),  # optional, unstated in the seed, changed and stated
+    ({"unit": "mi"}, "in miles", "unit='mi'"),  # optional, unstated in the seed, changed without a word
+    ({"ferry": "yes"}, "no ferries", "ferry='yes'"),  # not in the seed's gold at all: as optional
+    ({"slower": 0.07}, "7% slower", None),  # required, and not written as such in the seed: not checked
     ({"toll": False}, "no tolls", None),  # booleans are not checked
+    ({"start": "A", "stops": [1, 2]}, "from A", None),  # nor lists
     ({"year": 2023, "stops": 9}, "in 2023, 8 stops", "stops=9"),
 ])
 def test_unstated_change(params: dict, question: str, unstated: str | None) -> None:
