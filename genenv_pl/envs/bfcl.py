@@ -747,7 +747,7 @@ def value_variation(data: dict[str, Any], rng) -> tuple[str, list[ToolCall]] | N
         new = _new_value(value, props.get(pname, {}), rng)
         if new is None:
             continue
-        pattern = re.compile(r"(?<![\w.])" + re.escape(_literal(value)) + r"(?![\w]|\.\d)", re.IGNORECASE)
+        pattern = _literal_pattern(_literal(value))
         if len(pattern.findall(question)) != 1:
             continue  # not stated, or stated twice (which one is the argument?)
         question = pattern.sub(lambda _: _literal(new), question)
@@ -767,7 +767,12 @@ def _stated(value: Any, text: str) -> bool:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or value == "":
         return False
     forms = {_literal(value)} | ({str(int(value))} if isinstance(value, float) and value.is_integer() else set())
-    return any(re.search(r"(?<![\w.])" + re.escape(f) + r"(?![\w]|\.\d)", text, re.IGNORECASE) for f in forms)
+    return any(_literal_pattern(f).search(text) for f in forms)
+
+
+def _literal_pattern(literal: str) -> re.Pattern:
+    """`literal` in a request, case-insensitive, not inside a longer word or number."""
+    return re.compile(r"(?<![\w.])" + re.escape(literal) + r"(?![\w]|\.\d)", re.IGNORECASE)
 
 
 def unstated_change(call: ToolCall, seed_answer: dict[str, list] | None, seed_question: str, question: str) -> str | None:
