@@ -192,10 +192,15 @@ def paired(a: dict, b: dict) -> dict:
             "a": sum(a[k][0] for k in keys) / n, "b": sum(b[k][0] for k in keys) / n}
 
 
-def paired_lines(args, result: dict) -> list[str]:
+def item_files(args) -> dict[str, dict]:
+    """The kept per-item scores, by stage (`warm_start`, then each finished fit's final agent)."""
+    return {p.stem: json.loads(p.read_text())["items"] for p in sorted(run_file(args, "items/x").parent.glob("*.json"))}
+
+
+def paired_lines(items: dict[str, dict], result: dict) -> list[str]:
     """Markdown: every final agent against the warm-started agent, and each genenv seed against each
     baseline run, paired on the same items."""
-    items = {p.stem: json.loads(p.read_text())["items"] for p in sorted(run_file(args, "items/x").parent.glob("*.json"))}
+    items = dict(items)
     warm = items.pop("warm_start", None)
     if warm is None or not items:
         return []
@@ -266,10 +271,10 @@ def report(args) -> None:
     zs = runs.pop("zero_shot", None)
     result: dict = {"zero_shot_accuracy": _series(zs["scalars"], "val/accuracy")[-1] if zs else None,
                     "warm_start_accuracy": None, "variants": {}}
-    warm_items = run_file(args, "items/warm_start")
+    items = item_files(args)
     warm = None
-    if warm_items.exists():
-        scores = json.loads(warm_items.read_text())["items"].values()
+    if "warm_start" in items:
+        scores = items["warm_start"].values()
         warm = sum(a for a, _ in scores) / len(scores)
     for name, record in runs.items():
         sm = summary(record, warm)
@@ -277,7 +282,7 @@ def report(args) -> None:
         result["variants"].setdefault(record["variant"], {})[f"s{record['seed']}"] = sm
         if sm["accuracy"]:
             result["warm_start_accuracy"] = sm["accuracy"][0]  # the same warm-started agent in every run
-    paired_table = paired_lines(args, result)
+    paired_table = paired_lines(items, result)
     Path(args.results, "real_llm_bfcl.json").write_text(json.dumps(result, indent=1))
     lines = ["# SmolLM2-135M on BFCL single-turn through GenEnv (CPU)", "",
              "`python bench/real_llm_bfcl.py` (recipe: `configs/cpu/bfcl.yaml`; held-out: every evaluation item of "
