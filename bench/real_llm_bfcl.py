@@ -104,8 +104,12 @@ def _logger(save_dir: Path, name: str, **init_args) -> dict:
 def _recipe_curriculum() -> dict:
     """The recipe's curriculum settings (alpha, beta, filtering_k): the study's trainer replaces the
     config's callback list, and must not replace these with other values."""
-    recipe = yaml.safe_load((REPO / CONFIGS[-1]).read_text())
-    return next(c["init_args"] for c in recipe["trainer"]["callbacks"] if c["class_path"].endswith("AlphaCurriculumCallback"))
+    for path in reversed(CONFIGS[1::2]):  # the last config that sets them (an --override may)
+        callbacks = (yaml.safe_load((REPO / path).read_text()).get("trainer") or {}).get("callbacks") or []
+        found = [c["init_args"] for c in callbacks if c["class_path"].endswith("AlphaCurriculumCallback")]
+        if found:
+            return found[0]
+    raise SystemExit(f"no AlphaCurriculumCallback in {CONFIGS[1::2]}")
 
 
 def _run(cmd: list[str], log: Path) -> tuple[int, float, float]:
@@ -285,7 +289,8 @@ def report(args) -> None:
     paired_table = paired_lines(items, result)
     Path(args.results, "real_llm_bfcl.json").write_text(json.dumps(result, indent=1))
     lines = ["# SmolLM2-135M on BFCL single-turn through GenEnv (CPU)", "",
-             "`python bench/real_llm_bfcl.py` (recipe: `configs/cpu/bfcl.yaml`; held-out: every evaluation item of "
+             f"`python bench/real_llm_bfcl.py{''.join(' --override ' + o for o in args.override)}` (recipe: `configs/cpu/bfcl.yaml`"
+             f"{''.join(' + `' + o + '`' for o in args.override)}; held-out: every evaluation item of "
              f"simple_python and multiple, {HELD_OUT}, scored by the environment's BFCL checker).", "",
              f"- zero-shot accuracy: {_fmt(result['zero_shot_accuracy'])}",
              f"- warm-started agent (start of every run): {_fmt(result['warm_start_accuracy'])}", "",
@@ -367,8 +372,13 @@ def main() -> None:
     p.add_argument("--val-every", type=int, default=4)
     p.add_argument("--out", default="bench/out/real_llm_bfcl")
     p.add_argument("--results", default="bench/results")
+    p.add_argument("--override", action="append", default=[], metavar="YAML",
+                   help="a config file applied after the recipe (a candidate recipe's changes); use it with its "
+                        "own --out and --results, since runs are keyed by variant and seed")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
+    for path in args.override:
+        CONFIGS.extend(["--config", path])
     out = (REPO / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     args.results = str((REPO / args.results).resolve())
