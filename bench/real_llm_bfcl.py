@@ -5,6 +5,8 @@ single-turn (`simple_python` + `multiple`), the recipe of `configs/cpu/bfcl.yaml
     python bench/real_llm_bfcl.py                   # zero-shot, then every variant x seed below
     python bench/real_llm_bfcl.py --variants genenv --seeds 0 --epochs 12
     python bench/real_llm_bfcl.py --report-only     # tables and plot from what has finished
+    python bench/real_llm_bfcl.py --override bench/recipes/X.yaml --out bench/out/X --results bench/results/probes/X
+                                                    # a candidate recipe (its own runs; warm start reused)
 
 Stages, each one `main.py` run in a subprocess:
 1. zero-shot: the raw model (no warm start, no adapter) on the held-out set (`main.py validate`);
