@@ -12,20 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections import Counter
 
-CALL = re.compile(r"<tool_call>\s*(\{.*\})\s*</tool_call>", re.S)
+from genenv_pl.envs.toolcall import parse_response
 
 
 def first_call(response: str) -> dict | None:
-    """The first `<tool_call>` of a response as a dict, or None when there is none that parses."""
-    m = CALL.search(response)
-    try:
-        call = json.loads(m.group(1)) if m else None
-    except json.JSONDecodeError:
-        return None
-    return call if isinstance(call, dict) and isinstance(call.get("parameters") or {}, dict) else None
+    """The first call of a response as the scorer reads it (`parse_response`), or None when the
+    response has no call or a `<tool_call>` block the parser could not read (a format error)."""
+    parsed = parse_response(response)
+    return parsed.calls[0] if parsed.calls and not parsed.format_error else None
 
 
 def change(before: str, after: str) -> str:

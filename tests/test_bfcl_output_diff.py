@@ -23,6 +23,9 @@ def tc(name: str, **params) -> str:
     (tc("f", a=1), tc("g", a=1), "function"),
     (tc("f", a=1), "f(a=1)", "format"),
     ("<tool_call>{not json}</tool_call>", tc("f", a=1), "format"),
+    # read as the scorer reads it: an unclosed block and Python call syntax are calls, not format errors
+    (tc("f", a=1), '<tool_call>{"name": "f", "parameters": {"a": 2}}', "values"),
+    (tc("f", a=1), "<tool_call>f(a=1, b=2)</tool_call>", "added"),
 ])
 def test_change(before, after, expected):
     assert od.change(before, after) == expected
