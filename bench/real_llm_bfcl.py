@@ -20,7 +20,10 @@ Stages, each one `main.py` run in a subprocess:
 3. per-item scores (`main.py test`, the same items): the warm-started agent, and the final agent of
    each finished fit (its last checkpoint), for paired comparisons: two agents scored on the same
    items agree on most of them, so the standard error of their difference, taken from the per-item
-   differences, is smaller than that of two independent accuracies (here about half).
+   differences, is smaller than that of two independent accuracies (here about half). Greedy, as
+   val/accuracy, and (`--eval-samples`, default 8) the mean accuracy of 8 answers sampled at the
+   rollout temperature: the nearly greedy agent's greedy answers flip on near ties under small
+   updates, while the sampled mean measures the policy GRPO trains, and moves with it smoothly.
 
 Resumable: a finished stage keeps its scalars in `bench/results/real_llm_bfcl_runs/<stage>.json`
 (committed) and is never run again; an unfinished fit resumes from its last epoch checkpoint
@@ -167,24 +170,34 @@ def fit(out: Path, variant: str, seed: int, args) -> None:
 def item_scores(out: Path, stage: str, args, ckpt: Path | None) -> None:
     """Per-item held-out scores of one agent by `main.py test` on the held-out items of val/accuracy:
     the warm-started agent (`ckpt` None: the cached warm starts, fresh adapters) or a finished fit's
-    final agent. Kept as `real_llm_bfcl_runs/items/<stage>.json`: item -> [accuracy, format error]."""
-    path = run_file(args, f"items/{stage}")
-    if path.exists():
+    final agent. Kept as `real_llm_bfcl_runs/items/<stage>.json` (greedy: item -> [accuracy, format
+    error]) and, with --eval-samples k, `real_llm_bfcl_runs/sampled/<stage>.json` (item -> [mean accuracy
+    of k answers sampled at the rollout temperature]); one test run writes whichever is missing."""
+    path, sampled_path = run_file(args, f"items/{stage}"), run_file(args, f"sampled/{stage}")
+    if path.exists() and (sampled_path.exists() or not args.eval_samples):
         return
     if ckpt is not None and not ckpt.exists():
         print(f"{stage}: no checkpoint at {ckpt}, per-item scores skipped", flush=True)
         return
-    log_dir = out / "test_runs" / stage / "version_0"
-    cfg = {"trainer": {"logger": _logger(out / "test_runs", stage, version=0)}}
-    (out / f"{stage}.test.yaml").write_text(yaml.safe_dump(cfg))
-    print(f"{stage}: per-item scores ...", flush=True)
-    cmd = ["test", *CONFIGS, "--config", str(out / f"{stage}.test.yaml")] + (["--ckpt_path", str(ckpt)] if ckpt else [])
-    rc, wall, _ = _run(cmd, out / f"{stage}.test.log")
+    tag = f"{stage}_k{args.eval_samples}" if args.eval_samples else stage
+    log_dir = out / "test_runs" / tag / "version_0"
+    cfg = {"trainer": {"logger": _logger(out / "test_runs", tag, version=0)},
+           "data": {"coevo": {"eval_samples": args.eval_samples}}}
+    (out / f"{tag}.test.yaml").write_text(yaml.safe_dump(cfg))
+    print(f"{stage}: per-item scores{f' (greedy and {args.eval_samples} samples)' if args.eval_samples else ''} ...", flush=True)
+    cmd = ["test", *CONFIGS, "--config", str(out / f"{tag}.test.yaml")] + (["--ckpt_path", str(ckpt)] if ckpt else [])
+    rc, wall, _ = _run(cmd, out / f"{tag}.test.log")
     if rc:
-        raise SystemExit(f"{stage}: per-item scores failed (exit {rc}); see {out / f'{stage}.test.log'}")
+        raise SystemExit(f"{stage}: per-item scores failed (exit {rc}); see {out / f'{tag}.test.log'}")
     rows = json.loads((log_dir / "test_results.json").read_text())["rows"]
-    keep(path, {"stage": stage, "ckpt": ckpt is not None, "wall_s": wall,
-                "items": {f"{r['group']}/{r['id']}": [r["accuracy"], r.get("format_error", 0.0)] for r in rows}})
+    greedy = {f"{r['group']}/{r['id']}": [r["accuracy"], r.get("format_error", 0.0)] for r in rows}
+    if not path.exists():
+        keep(path, {"stage": stage, "ckpt": ckpt is not None, "wall_s": wall, "items": greedy})
+    if args.eval_samples and not sampled_path.exists():
+        # the greedy accuracy of the same run, to check it against items/<stage>.json
+        keep(sampled_path, {"stage": stage, "ckpt": ckpt is not None, "wall_s": wall, "samples": args.eval_samples,
+                            "greedy_accuracy": sum(a for a, _ in greedy.values()) / len(greedy),
+                            "items": {f"{r['group']}/{r['id']}": [r["sampled_accuracy"]] for r in rows}})
 
 
 def paired(a: dict, b: dict) -> dict:
@@ -198,25 +211,29 @@ def paired(a: dict, b: dict) -> dict:
             "a": sum(a[k][0] for k in keys) / n, "b": sum(b[k][0] for k in keys) / n}
 
 
-def item_files(args) -> dict[str, dict]:
-    """The kept per-item scores, by stage (`warm_start`, then each finished fit's final agent)."""
-    return {p.stem: json.loads(p.read_text())["items"] for p in sorted(run_file(args, "items/x").parent.glob("*.json"))}
+def item_files(args, kind: str = "items") -> dict[str, dict]:
+    """The kept per-item scores of one kind (`items`: greedy; `sampled`: mean of k samples), by stage
+    (`warm_start`, then each finished fit's final agent)."""
+    return {p.stem: json.loads(p.read_text())["items"] for p in sorted(run_file(args, f"{kind}/x").parent.glob("*.json"))}
 
 
-def paired_lines(items: dict[str, dict], result: dict) -> list[str]:
+def paired_lines(items: dict[str, dict], result: dict, kind: str = "items") -> list[str]:
     """Markdown: every final agent against the warm-started agent, and each genenv seed against each
     baseline run, paired on the same items."""
     items = dict(items)
     warm = items.pop("warm_start", None)
     if warm is None or not items:
         return []
-    result["paired"] = {}
-    lines = ["", "Paired on the same items (`main.py test`; final agent = the fit's last checkpoint). SE: the "
+    key = "paired" if kind == "items" else f"paired_{kind}"
+    result[key] = {}
+    what = ("greedy answers" if kind == "items" else
+            "sampled answers: each item's score is the mean accuracy of k answers sampled at the rollout temperature")
+    lines = ["", f"Paired on the same items, {what} (`main.py test`; final agent = the fit's last checkpoint). SE: the "
              "standard error of the mean per-item difference.", "",
              "| final agent | accuracy | minus warm start | SE | items gained / lost |", "|---|---|---|---|---|"]
     for stage, it in items.items():
         pr = paired(it, warm)
-        result["paired"][f"{stage} - warm_start"] = pr
+        result[key][f"{stage} - warm_start"] = pr
         lines.append(f"| {stage} | {pr['a']:.3f} | {pr['diff']:+.3f} | {pr['se']:.3f} | {pr['gained']} / {pr['lost']} |")
     genenv = [s for s in items if s.startswith("genenv_s")]
     others = [s for s in items if not s.startswith("genenv_s")]
@@ -225,7 +242,7 @@ def paired_lines(items: dict[str, dict], result: dict) -> list[str]:
         for g in genenv:
             for o in others:
                 pr = paired(items[g], items[o])
-                result["paired"][f"{g} - {o}"] = pr
+                result[key][f"{g} - {o}"] = pr
                 lines.append(f"| {g} - {o} | {pr['diff']:+.3f} | {pr['se']:.3f} | {pr['gained']} / {pr['lost']} |")
     return lines
 
@@ -288,7 +305,7 @@ def report(args) -> None:
         result["variants"].setdefault(record["variant"], {})[f"s{record['seed']}"] = sm
         if sm["accuracy"]:
             result["warm_start_accuracy"] = sm["accuracy"][0]  # the same warm-started agent in every run
-    paired_table = paired_lines(items, result)
+    paired_table = paired_lines(items, result) + paired_lines(item_files(args, "sampled"), result, "sampled")
     Path(args.results, "real_llm_bfcl.json").write_text(json.dumps(result, indent=1))
     lines = ["# SmolLM2-135M on BFCL single-turn through GenEnv (CPU)", "",
              f"`python bench/real_llm_bfcl.py{''.join(' --override ' + o for o in args.override)}` (recipe: `configs/cpu/bfcl.yaml`"
@@ -377,6 +394,9 @@ def main() -> None:
     p.add_argument("--override", action="append", default=[], metavar="YAML",
                    help="a config file applied after the recipe (a candidate recipe's changes); use it with its "
                         "own --out and --results, since runs are keyed by variant and seed")
+    p.add_argument("--eval-samples", type=int, default=8, metavar="K",
+                   help="the per-item stage also scores K answers per item sampled at the rollout temperature "
+                        "(the policy's expected accuracy, which moves smoothly where greedy answers flip); 0: greedy only")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
     for path in args.override:

@@ -103,6 +103,10 @@ class CoevoConfig:
     """Tokens the agent may write per evaluation answer (greedy)."""
     eval_batch_size: int = 64
     """Evaluation tasks per batch (greedy generation)."""
+    eval_samples: int = 0
+    """Also answer each evaluation task this many times sampled like the rollouts (agent_sampling's
+    temperature and top_p) and report the mean score, `sampled_accuracy`: the policy's expected accuracy,
+    which GRPO optimises and which moves smoothly where greedy answers flip on near ties. 0: greedy only."""
     eval_limit_per_group: int | None = None
     """Evaluate only the first N tasks of each group (smoke runs)."""
     eval_episodes: int = 0

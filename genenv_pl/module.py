@@ -282,20 +282,26 @@ class GenEnvModule(L.LightningModule):
 
     # ---- evaluation ---------------------------------------------------------------------
     def evaluate_tasks(self, tasks) -> list[dict[str, Any]]:
-        """Greedy agent answers scored by the environment: one row of metrics per task."""
-        dm = self.trainer.datamodule
+        """Greedy agent answers scored by the environment: one row of metrics per task. With
+        `eval_samples` k, each row also has `sampled_accuracy`, the mean accuracy of k sampled answers."""
+        cfg = self.trainer.datamodule.cfg
         agent = self.for_generation("agent")
         prompts = [agent.render(self.env.agent_prompt(t)) for t in tasks]
-        params = SamplingParams(max_new_tokens=dm.cfg.eval_max_new_tokens, greedy=True)
-        gens = self.backend.generate(agent, prompts, params)
-        rows = []
-        for task, g in zip(tasks, gens):
-            try:
-                metrics = self.env.score(task, g[0].text)
-            except Exception:  # a scorer must not end an evaluation; count it as a format error
-                metrics = {"accuracy": 0.0, "format_error": 1.0}
-            rows.append({"id": task.id, "group": task.group, "response": g[0].text, **metrics})
+        gens = self.backend.generate(agent, prompts, SamplingParams(max_new_tokens=cfg.eval_max_new_tokens, greedy=True))
+        rows = [{"id": task.id, "group": task.group, "response": g[0].text, **self._score(task, g[0].text)}
+                for task, g in zip(tasks, gens)]
+        if cfg.eval_samples > 0:
+            params = SamplingParams(max_new_tokens=cfg.eval_max_new_tokens, temperature=cfg.agent_sampling.temperature,
+                                    top_p=cfg.agent_sampling.top_p, n=cfg.eval_samples)
+            for task, row, g in zip(tasks, rows, self.backend.generate(agent, prompts, params)):
+                row["sampled_accuracy"] = sum(self._score(task, s.text)["accuracy"] for s in g) / len(g)
         return rows
+
+    def _score(self, task, text: str) -> dict[str, float]:
+        try:
+            return self.env.score(task, text)
+        except Exception:  # a scorer must not end an evaluation; count it as a format error
+            return {"accuracy": 0.0, "format_error": 1.0}
 
     def validation_step(self, batch, batch_idx: int) -> None:
         rows = self.evaluate_tasks(batch)
@@ -329,7 +335,7 @@ class GenEnvModule(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         rows, self._test_rows = self._test_rows, []
         table = _summarize(rows)
-        scores = [{k: v for k, v in r.items() if k not in ("id", "group", "response")} for r in rows]
+        scores = [{k: v for k, v in r.items() if k not in ("id", "group", "response", "sampled_accuracy")} for r in rows]
         table["corpus"] = self.env.aggregate(scores)
         n_episodes = self.trainer.datamodule.cfg.eval_episodes
         if n_episodes:
@@ -385,6 +391,8 @@ def _eval_metrics(rows: list[dict[str, Any]], prefix: str) -> dict[str, tuple[fl
     n = len(rows)
     out = {f"{prefix}/accuracy": (sum(r["accuracy"] for r in rows) / n, n),
            f"{prefix}/format_error_rate": (sum(r.get("format_error", 0.0) for r in rows) / n, n)}
+    if all("sampled_accuracy" in r for r in rows):
+        out[f"{prefix}/sampled_accuracy"] = (sum(r["sampled_accuracy"] for r in rows) / n, n)
     groups = defaultdict(list)
     for r in rows:
         groups[r["group"]].append(r["accuracy"])

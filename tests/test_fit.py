@@ -381,3 +381,29 @@ def test_micro_batches_accumulate_to_the_same_step_as_the_whole_batch(tmp_path, 
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
     for k in ("agent/loss", "agent/pg_loss", "agent/kl", "agent/entropy", "agent/clip_frac", "sim/loss", "sim/nll", "sim/kl"):
         assert log_micro[k] == pytest.approx(log_whole[k], rel=1e-3, abs=1e-6), k
+
+
+def test_sampled_evaluation_scores_k_samples_and_leaves_the_greedy_answers_alone(tmp_path, cache):
+    """`eval_samples` k: each test row gets the mean accuracy of k sampled answers besides its greedy
+    one, which stays what it was; sampled near temperature 0, the samples are the greedy answer."""
+    import json
+
+    os.chdir(tmp_path)
+    base = ["test", "--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp_path, cache, 1),
+            "--trainer.logger", "false"]
+    runs = {}
+    for name, extra in (("greedy", []), ("k3", ["--data.coevo.eval_samples", "3"]),
+                        ("cold", ["--data.coevo.eval_samples", "2", "--data.coevo.agent_sampling.temperature", "1e-4"])):
+        cli = cli_main([*base, *extra])
+        runs[name] = (json.loads((tmp_path / "test_results.json").read_text()),
+                      {k: float(v) for k, v in cli.trainer.callback_metrics.items()})
+    (greedy, g_logged), (k3, k3_logged), (cold, _) = runs["greedy"], runs["k3"], runs["cold"]
+    assert [r["response"] for r in k3["rows"]] == [r["response"] for r in greedy["rows"]]
+    assert "sampled_accuracy" not in greedy["rows"][0] and "eval/sampled_accuracy" not in g_logged
+    sampled = [r["sampled_accuracy"] for r in k3["rows"]]
+    assert len(sampled) == 60 and all(round(3 * s, 6) in (0, 1, 2, 3) for s in sampled)
+    assert any(s != r["accuracy"] for s, r in zip(sampled, k3["rows"]))  # sampled at temperature 1, not greedy
+    assert k3_logged["eval/sampled_accuracy"] == pytest.approx(sum(sampled) / len(sampled), abs=1e-6)
+    assert k3["groups"]["overall"]["sampled_accuracy"] == pytest.approx(sum(sampled) / len(sampled))
+    assert [r["sampled_accuracy"] for r in cold["rows"]] == [r["accuracy"] for r in cold["rows"]]
+    assert 0 < sum(r["accuracy"] for r in greedy["rows"]) < len(greedy["rows"])  # not a trivially uniform agent
