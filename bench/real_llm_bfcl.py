@@ -21,7 +21,7 @@ Stages, each one `main.py` run in a subprocess:
    each finished fit (its last checkpoint), for paired comparisons: two agents scored on the same
    items agree on most of them, so the standard error of their difference, taken from the per-item
    differences, is smaller than that of two independent accuracies (here about half). Greedy, as
-   val/accuracy, and (`--eval-samples`, default 8) the mean accuracy of 8 answers sampled at the
+   val/accuracy, and (`--eval-samples`, default 4) the mean accuracy of 4 answers sampled at the
    rollout temperature: the nearly greedy agent's greedy answers flip on near ties under small
    updates, while the sampled mean measures the policy GRPO trains, and moves with it smoothly.
 
@@ -394,7 +394,7 @@ def main() -> None:
     p.add_argument("--override", action="append", default=[], metavar="YAML",
                    help="a config file applied after the recipe (a candidate recipe's changes); use it with its "
                         "own --out and --results, since runs are keyed by variant and seed")
-    p.add_argument("--eval-samples", type=int, default=8, metavar="K",
+    p.add_argument("--eval-samples", type=int, default=4, metavar="K",
                    help="the per-item stage also scores K answers per item sampled at the rollout temperature "
                         "(the policy's expected accuracy, which moves smoothly where greedy answers flip); 0: greedy only")
     p.add_argument("--report-only", action="store_true")
