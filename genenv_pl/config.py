@@ -100,9 +100,9 @@ class CoevoConfig:
     """Longest prompt + response in tokens (the paper: 9,000). A task or seed whose prompt leaves less
     than max_new_tokens is skipped, counted in coevo/overlong_tasks and coevo/invalid/overlong_prompt."""
     eval_max_new_tokens: int = 256
-    """Tokens the agent may write per evaluation answer (greedy)."""
+    """Tokens the agent may write per evaluation answer (greedy, and sampled with eval_samples)."""
     eval_batch_size: int = 64
-    """Evaluation tasks per batch (greedy generation)."""
+    """Evaluation tasks per batch (with eval_samples k, a sampled batch is k times as many rows)."""
     eval_samples: int = 0
     """Also answer each evaluation task this many times sampled like the rollouts (agent_sampling's
     temperature and top_p) and report the mean score, `sampled_accuracy`: the policy's expected accuracy,
