@@ -23,6 +23,12 @@ class GRPOConfig:
     """A_i = (r_i - mean) / (std + adv_eps) within each group of G rollouts."""
     warmup_updates: int = 0
     """Linear lr warm-up over the first agent updates (Adam's first steps are large), in optimizer steps; 0: none."""
+    num_iterations: int = 1
+    """Optimizer steps taken on each batch of rollouts, one after another (DeepSeekMath's GRPO iterations
+    mu, TRL's num_iterations, verl's ppo_epochs). From the second on, the policy has moved away from the
+    one that sampled the rollouts, and the ratio to their stored log-probs and its clip do their work.
+    1 (the paper, on-policy): each rollout is used once. More steps per rollout where sampling costs
+    far more than a training step, as on a CPU."""
     micro_batch_size: int | None = None
     """Rollouts per forward/backward pass (verl's ppo_micro_batch_size_per_gpu): gradients of the
     micro-batches accumulate into one optimizer step over the whole batch (coevo.agent_batch_size

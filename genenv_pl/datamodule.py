@@ -179,7 +179,7 @@ class GenEnvDataModule(L.LightningDataModule):
             sim_samples += [_replayed(module.simulator, e) for e in sync.shard(env_replay)]  # (not added to D_env again)
 
             steps, zero_std_frac = self._build_steps(groups, sim_samples, module.agent.pad_id, module.simulator.pad_id,
-                                                     module.advantages, step_rng)
+                                                     module.advantages, step_rng, module.grpo.num_iterations)
             shown_batches, shown_groups = _lite(batches, groups) if sync.distributed else (batches, groups)
             mine = {"rates": rates, "train": new.train, "env": new.env, "batches": shown_batches, "groups": shown_groups,
                     "zero_std": round(zero_std_frac * max(len(groups), 1)), "steps": len(steps), "seconds": gen_seconds,
@@ -250,9 +250,10 @@ class GenEnvDataModule(L.LightningDataModule):
 
     def _build_steps(self, groups: list[Group], sim_samples: list["SimSample"], agent_pad: int, sim_pad: int,
                      advantages: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-                     rng: random.Random | None = None):
+                     rng: random.Random | None = None, iterations: int = 1):
         """The epoch's optimizer steps: GRPO groups with their advantages (`GenEnvModule.advantages`) in
-        chunks of agent_batch_size, simulator samples in chunks of sim_batch_size. Each batch carries the
+        chunks of agent_batch_size, each chunk `iterations` times in a row (`grpo.num_iterations`),
+        simulator samples in chunks of sim_batch_size. Each batch carries the
         temperature its text was sampled at (a 0-d tensor, as every value of a batch is a tensor): the
         training forward passes divide the logits by it."""
         cfg = self.cfg
@@ -267,6 +268,7 @@ class GenEnvDataModule(L.LightningDataModule):
         rng.shuffle(agent_groups)
         rng.shuffle(sim_samples)
         agent_chunks = [agent_groups[i : i + cfg.agent_batch_size] for i in range(0, len(agent_groups), cfg.agent_batch_size)]
+        agent_chunks = [chunk for chunk in agent_chunks for _ in range(iterations)]
         sim_chunks = [sim_samples[i : i + cfg.sim_batch_size] for i in range(0, len(sim_samples), cfg.sim_batch_size)]
         n_steps = max(len(agent_chunks), len(sim_chunks), 1)  # an empty epoch still runs (and logs) one step
         steps = []

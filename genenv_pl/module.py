@@ -71,6 +71,9 @@ class GenEnvModule(L.LightningModule):
         self.sim_cfg = simulator or PolicyConfig()
         self.grpo = grpo or GRPOConfig()
         self.rwr = rwr or RWRConfig()
+        if self.grpo.num_iterations < 1:
+            raise ValueError(f"model.grpo.num_iterations: optimizer steps per batch of rollouts, at least 1; "
+                             f"got {self.grpo.num_iterations}")
         self._agent_opt_fn = agent_optimizer
         self._sim_opt_fn = simulator_optimizer
         self.backend = make_backend(backend, **(backend_args or {}))

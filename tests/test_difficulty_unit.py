@@ -120,3 +120,41 @@ def test_grpo_advantages_use_the_configured_eps(eps):
     std = torch.tensor(rewards).std(unbiased=True)
     expected = (torch.tensor(rewards) - 0.5) / (std + eps)
     assert torch.allclose(steps[0]["agent"]["advantages"], expected)
+
+
+@pytest.mark.parametrize("iterations", [1, 3])
+def test_grpo_num_iterations_repeats_each_agent_batch(iterations):
+    # grpo.num_iterations: each chunk of agent_batch_size groups becomes that many consecutive steps on the
+    # same rollouts (same rows, advantages and stored log-probs), in the chunks' order; simulator chunks
+    # are not repeated.
+    from genenv_pl.coevo import Group
+    from genenv_pl.config import CoevoConfig, GRPOConfig
+    from genenv_pl.datamodule import GenEnvDataModule
+    from genenv_pl.module import GenEnvModule
+
+    dm = GenEnvDataModule(env_args={"seeds_per_level": 2, "eval_per_level": 10},
+                          coevo=CoevoConfig(group_size=2, agent_batch_size=1, drop_zero_std_groups=True))
+    groups = []
+    for k, rewards in enumerate([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]):  # the last has no spread: dropped
+        rollouts = [Generation(prompt_ids=[5, 6], response_ids=[7 + k, 8], text="x", logprobs=[-1.0 - k, -1.0],
+                               finished=True) for _ in rewards]
+        groups.append(Group(ENV.seed_tasks()[k], "base", None, rollouts, rewards, [r == 1.0 for r in rewards]))
+    module = GenEnvModule(grpo=GRPOConfig(num_iterations=iterations))
+    steps, zero_std = dm._build_steps(groups, [], 0, 0, module.advantages, iterations=module.grpo.num_iterations)
+    assert zero_std == pytest.approx(1 / 3)
+    assert len(steps) == 2 * iterations
+    firsts = [steps[i]["agent"]["input_ids"][0, 2].item() for i in range(len(steps))]
+    assert firsts == [firsts[0]] * iterations + [firsts[-1]] * iterations and firsts[0] != firsts[-1]
+    for i in range(0, len(steps), iterations):
+        for j in range(i + 1, i + iterations):
+            for key in ("input_ids", "advantages", "old_logp"):
+                assert torch.equal(steps[i]["agent"][key], steps[j]["agent"][key])
+    assert all(s["sim"] is None for s in steps)
+
+
+def test_grpo_num_iterations_below_one_names_the_key():
+    from genenv_pl.config import GRPOConfig
+    from genenv_pl.module import GenEnvModule
+
+    with pytest.raises(ValueError, match="model.grpo.num_iterations"):
+        GenEnvModule(grpo=GRPOConfig(num_iterations=0))
