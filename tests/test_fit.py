@@ -407,3 +407,14 @@ def test_sampled_evaluation_scores_k_samples_and_leaves_the_greedy_answers_alone
     assert k3["groups"]["overall"]["sampled_accuracy"] == pytest.approx(sum(sampled) / len(sampled))
     assert [r["sampled_accuracy"] for r in cold["rows"]] == [r["accuracy"] for r in cold["rows"]]
     assert 0 < sum(r["accuracy"] for r in greedy["rows"]) < len(greedy["rows"])  # not a trivially uniform agent
+
+
+def test_grpo_num_iterations_takes_that_many_agent_steps_on_the_same_rollouts(tmp_path, cache):
+    # The first epoch's rollouts come from the same seeded agent either way, so two iterations take
+    # exactly twice the agent steps of one.
+    updates = {}
+    for mu in (1, 2):
+        (tmp_path / str(mu)).mkdir()
+        cli = _fit(tmp_path / str(mu), cache, 1, f"--model.grpo.num_iterations={mu}")
+        updates[mu] = cli.model.counters["agent_updates"]
+    assert updates[1] >= 1 and updates[2] == 2 * updates[1]
