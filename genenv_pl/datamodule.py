@@ -268,18 +268,21 @@ class GenEnvDataModule(L.LightningDataModule):
         rng.shuffle(agent_groups)
         rng.shuffle(sim_samples)
         agent_chunks = [agent_groups[i : i + cfg.agent_batch_size] for i in range(0, len(agent_groups), cfg.agent_batch_size)]
-        agent_chunks = [chunk for chunk in agent_chunks for _ in range(iterations)]
         sim_chunks = [sim_samples[i : i + cfg.sim_batch_size] for i in range(0, len(sim_samples), cfg.sim_batch_size)]
-        n_steps = max(len(agent_chunks), len(sim_chunks), 1)  # an empty epoch still runs (and logs) one step
+        agent_batches = []
+        for chunk in agent_chunks:
+            rows = [(r, a) for g, adv in chunk for r, a in zip(g.rollouts, adv.tolist())]
+            batch = pack([r.prompt_ids for r, _ in rows], [r.response_ids for r, _ in rows], agent_pad,
+                         [r.logprobs for r, _ in rows])
+            batch["advantages"] = torch.tensor([a for _, a in rows], dtype=torch.float32)
+            batch["temperature"] = torch.tensor(cfg.agent_sampling.temperature)
+            agent_batches += [batch] * iterations  # packed once, stepped on `iterations` times in a row
+        n_steps = max(len(agent_batches), len(sim_chunks), 1)  # an empty epoch still runs (and logs) one step
         steps = []
         for i in range(n_steps):
             step: dict[str, Any] = {"agent": None, "sim": None}
-            if i < len(agent_chunks):
-                rows = [(r, a) for g, adv in agent_chunks[i] for r, a in zip(g.rollouts, adv.tolist())]
-                step["agent"] = pack([r.prompt_ids for r, _ in rows], [r.response_ids for r, _ in rows], agent_pad,
-                                     [r.logprobs for r, _ in rows])
-                step["agent"]["advantages"] = torch.tensor([a for _, a in rows], dtype=torch.float32)
-                step["agent"]["temperature"] = torch.tensor(cfg.agent_sampling.temperature)
+            if i < len(agent_batches):
+                step["agent"] = agent_batches[i]
             if i < len(sim_chunks):
                 gens = [s.generation for s in sim_chunks[i]]
                 step["sim"] = pack([g.prompt_ids for g in gens], [g.response_ids for g in gens], sim_pad,
