@@ -9,7 +9,9 @@ AST checker would reject, using the environment's own checker on repaired calls:
 - wrong_function: the call names another of the item's functions;
 - missing_param / unexpected_param: a required argument left out, or an argument the gold does not allow;
 - wrong_value: the call is right once the listed arguments take a gold value (each one alone, by the
-  checker, the rest at gold values): which arguments, and the model's value next to the allowed ones.
+  checker, the rest at gold values): which arguments, and the model's value next to the allowed ones;
+- other: wrong by the checker, yet no single argument set to a gold value makes it right (the checker
+  rejects a combination, e.g. of a type and a value, that none of the kinds above names).
 
 With --sampled (a bench/real_llm_bfcl.py per-item file of the same agent), each kind is split by how
 often that agent's sampled answers got the item right: GRPO can only learn from items whose groups
