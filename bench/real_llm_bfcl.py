@@ -323,10 +323,11 @@ def report(args) -> None:
         lines += ["", f"One standard error of a held-out accuracy near {p:.2f} over {HELD_OUT} items: "
                       f"{(p * (1 - p) / HELD_OUT) ** 0.5:.3f}."]
     lines += paired_table
-    # Runs of an earlier recipe, kept for the record (moved by hand into superseded/, named after what changed).
+    # Runs of an earlier recipe, or an earlier run of this one that a rerun replaced, kept for the record
+    # (moved by hand into superseded/, named after what differed).
     superseded = sorted(run_file(args, "x").parent.glob("superseded/*.json"))
     if superseded:
-        lines += ["", "Superseded runs (an earlier recipe; the file name says what differed):", "", *TABLE_HEADER]
+        lines += ["", "Superseded runs (an earlier recipe, or a run a rerun replaced; the file name says which):", "", *TABLE_HEADER]
         lines += _table_rows([(p.stem, "", summary(json.loads(p.read_text())) | {"unfinished": False})
                               for p in superseded])
     Path(args.results, "real_llm_bfcl.md").write_text("\n".join(lines) + "\n")
