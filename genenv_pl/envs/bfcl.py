@@ -389,6 +389,7 @@ class BFCLEnv(Environment):
         max_state_chars: int = 4000,
         max_seed_tools: int = 8,
         simulator_writes: Literal["task", "request"] = "task",
+        extra_seed_categories: list[str] | None = None,
     ):
         """
         Args:
@@ -412,15 +413,23 @@ class BFCLEnv(Environment):
                 spellings, optional arguments stay optional; a call whose value for an argument
                 the seed's request states, or for an optional one it changes, is not written in its
                 own request is rejected (`unstated_change`).
+            extra_seed_categories: categories that add seed tasks (the seed half of their split) and no
+                held-out items: more functions to warm-start on and vary, with the evaluation still
+                `categories`' held-out half. Their held-out half is not loaded.
         """
         self.categories = list(categories) if categories else list(DEFAULT_CATEGORIES)
-        refused = [c for c in self.categories if c in UNSUPPORTED]
-        if refused:
-            raise ConfigError(f"BFCL category {refused[0]!r} is not supported: {UNSUPPORTED[refused[0]]}; "
-                              f"drop it from data.env_args.categories")
-        unknown = [c for c in self.categories if c not in SUPPORTED]
-        if unknown:
-            raise ConfigError(f"unknown BFCL categories {unknown}; supported: {list(SUPPORTED)}")
+        self.extra_seed_categories = list(extra_seed_categories or [])
+        for key, names in (("categories", self.categories), ("extra_seed_categories", self.extra_seed_categories)):
+            refused = [c for c in names if c in UNSUPPORTED]
+            if refused:
+                raise ConfigError(f"BFCL category {refused[0]!r} is not supported: {UNSUPPORTED[refused[0]]}; "
+                                  f"drop it from data.env_args.{key}")
+            unknown = [c for c in names if c not in SUPPORTED]
+            if unknown:
+                raise ConfigError(f"unknown BFCL categories {unknown} in data.env_args.{key}; supported: {list(SUPPORTED)}")
+        both = sorted(set(self.categories) & set(self.extra_seed_categories))
+        if both:
+            raise ConfigError(f"data.env_args.extra_seed_categories repeats {both} from data.env_args.categories")
         if not 0.0 <= eval_fraction <= 1.0:
             raise ValueError("eval_fraction must be in [0, 1]")
         self.root = resolve_data_root(data_root, "bfcl")
@@ -436,6 +445,10 @@ class BFCLEnv(Environment):
             for entry_id, tasks in self._load_category(category):
                 held_out = split_bucket(entry_id, split_seed) < eval_fraction
                 (self._eval if held_out else self._seed).extend(tasks)
+        for category in self.extra_seed_categories:
+            for entry_id, tasks in self._load_category(category):
+                if split_bucket(entry_id, split_seed) >= eval_fraction:
+                    self._seed.extend(tasks)
         # Requests a generation may not copy: a seed's (a copy teaches nothing new) or an evaluation
         # item's (it would leak the held-out set into training).
         self._known_requests = {normalize_text(self._question(t.data)): "copies_eval" for t in self._eval}

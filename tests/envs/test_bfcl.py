@@ -388,6 +388,19 @@ def test_default_and_registry(data_root: str) -> None:
         BFCLEnv(categories=["simple_jawa"])
 
 
+def test_extra_seed_categories_add_seeds_and_no_held_out_items() -> None:
+    base = BFCLEnv(categories=["simple_python"])
+    more = BFCLEnv(categories=["simple_python"], extra_seed_categories=["live_simple"])
+    live = BFCLEnv(categories=["live_simple"])
+    assert [t.id for t in more.eval_tasks()] == [t.id for t in base.eval_tasks()]
+    assert [t.id for t in more.seed_tasks()] == [t.id for t in base.seed_tasks() + live.seed_tasks()]
+    assert {t.group for t in more.seed_tasks()} == {"simple_python", "live_simple"}
+    with pytest.raises(ConfigError, match="extra_seed_categories.*simple_python"):
+        BFCLEnv(categories=["simple_python"], extra_seed_categories=["simple_python"])
+    with pytest.raises(ConfigError, match="data.env_args.extra_seed_categories"):
+        BFCLEnv(categories=["simple_python"], extra_seed_categories=["web_search"])
+
+
 @pytest.mark.parametrize("category, why", [("memory", "live memory backend"), ("web_search", "live web search")])
 def test_agentic_categories_are_refused_with_the_reason(category: str, why: str) -> None:
     with pytest.raises(ConfigError) as refused:
