@@ -390,6 +390,7 @@ class BFCLEnv(Environment):
         max_seed_tools: int = 8,
         simulator_writes: Literal["task", "request"] = "task",
         extra_seed_categories: list[str] | None = None,
+        extra_seed_max_chars: int | None = None,
     ):
         """
         Args:
@@ -416,6 +417,9 @@ class BFCLEnv(Environment):
             extra_seed_categories: categories that add seed tasks (the seed half of their split) and no
                 held-out items: more functions to warm-start on and vary, with the evaluation still
                 `categories`' held-out half. Their held-out half is not loaded.
+            extra_seed_max_chars: keep only those extra seed tasks whose agent prompt is at most this
+                many characters (None: all). live_multiple's prompts average 4,300 characters, three
+                times simple_python's, and would make a CPU warm start three times as slow.
         """
         self.categories = list(categories) if categories else list(DEFAULT_CATEGORIES)
         self.extra_seed_categories = list(extra_seed_categories or [])
@@ -448,7 +452,8 @@ class BFCLEnv(Environment):
         for category in self.extra_seed_categories:
             for entry_id, tasks in self._load_category(category):
                 if split_bucket(entry_id, split_seed) >= eval_fraction:
-                    self._seed.extend(tasks)
+                    self._seed.extend(t for t in tasks if extra_seed_max_chars is None
+                                      or sum(len(m["content"]) for m in self.agent_prompt(t)) <= extra_seed_max_chars)
         # Requests a generation may not copy: a seed's (a copy teaches nothing new) or an evaluation
         # item's (it would leak the held-out set into training).
         self._known_requests = {normalize_text(self._question(t.data)): "copies_eval" for t in self._eval}

@@ -395,6 +395,10 @@ def test_extra_seed_categories_add_seeds_and_no_held_out_items() -> None:
     assert [t.id for t in more.eval_tasks()] == [t.id for t in base.eval_tasks()]
     assert [t.id for t in more.seed_tasks()] == [t.id for t in base.seed_tasks() + live.seed_tasks()]
     assert {t.group for t in more.seed_tasks()} == {"simple_python", "live_simple"}
+    short = BFCLEnv(categories=["simple_python"], extra_seed_categories=["live_simple"], extra_seed_max_chars=1500)
+    chars = {t.id: sum(len(m["content"]) for m in live.agent_prompt(t)) for t in live.seed_tasks()}
+    assert [t.id for t in short.seed_tasks()] == [t.id for t in base.seed_tasks()] + [i for i, n in chars.items() if n <= 1500]
+    assert 0 < sum(n <= 1500 for n in chars.values()) < len(chars)
     with pytest.raises(ConfigError, match="extra_seed_categories.*simple_python"):
         BFCLEnv(categories=["simple_python"], extra_seed_categories=["simple_python"])
     with pytest.raises(ConfigError, match="data.env_args.extra_seed_categories"):
