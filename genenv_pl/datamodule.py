@@ -37,6 +37,11 @@ class RoundStats:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+def epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    """torch's seed for one rank's epoch: a function of the three alone (a str seeds `random` by its SHA-512)."""
+    return random.Random(f"{seed}:{epoch}:{rank}").getrandbits(63)
+
+
 def _collate_tasks(items: list[dict]) -> list[Task]:
     return [Task.from_dict(d) for d in items]
 
@@ -63,7 +68,6 @@ class GenEnvDataModule(L.LightningDataModule):
         self.static_tasks: list[dict] | None = None  # the fixed task set of the "static" ablation
         self.tasks_seen = 0  # agent training tasks rolled out so far (x G rollouts each): the data-efficiency axis
         self.generated_through = -1  # last epoch whose data was generated (saved: a resume must not redo it)
-        self._rank_seeded = False  # several ranks: each one's torch sampling seed was made its own
 
     # ---- Lightning data hooks -----------------------------------------------------------
     def train_dataloader(self) -> DataLoader:
@@ -119,10 +123,11 @@ class GenEnvDataModule(L.LightningDataModule):
         # Several ranks (DDP/FSDP): all draw the same plan from the shared rng, each generates and
         # rolls out its shard, then the results that must be global are exchanged (one process: as is).
         sync = RankSync(trainer)
-        if sync.distributed and not self._rank_seeded:
-            # seed_everything gave every rank the same torch seed: make their sampling noise differ.
-            torch.manual_seed(torch.initial_seed() + 1_000_003 * sync.rank)
-            self._rank_seeded = True
+        # An epoch's sampling noise (and its updates') is drawn from (seed, epoch, rank) alone, not from
+        # torch's generator as whatever ran before left it: an evaluation draws from it (each DataLoader
+        # iterator takes a seed), and a resumed run starts it afresh. So evaluating more or less often,
+        # or resuming from a checkpoint, does not change what is trained on; ranks get noise of their own.
+        torch.manual_seed(epoch_seed(self.seed, epoch, sync.rank))
         t0 = time.perf_counter()
 
         seeds_all = self.env.seed_tasks()

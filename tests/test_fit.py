@@ -418,3 +418,25 @@ def test_grpo_num_iterations_takes_that_many_agent_steps_on_the_same_rollouts(tm
         cli = _fit(tmp_path / str(mu), cache, 1, f"--model.grpo.num_iterations={mu}")
         updates[mu] = cli.model.counters["agent_updates"]
     assert updates[1] >= 1 and updates[2] == 2 * updates[1]
+
+
+def test_training_does_not_depend_on_evaluation_or_on_resuming(tmp_path, cache):
+    """What is trained on comes from (seed, epoch, rank), not from what drew from torch's generator
+    before: a run that evaluates at the start and after every epoch, and one that never evaluates and
+    is stopped after epoch 0 and resumed from its checkpoint, sample the same rollouts and end with
+    the same weights. (Before, a starting evaluation alone changed every later epoch's sampling.)"""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    evaluating = _fit(tmp_path / "a", cache, 2, "--model.eval_at_start", "true")
+    quiet = ["--model.eval_at_start", "false", "--trainer.limit_val_batches", "0"]
+    _fit(tmp_path / "b", cache, 1, *quiet)
+    resumed = _fit(tmp_path / "b", cache, 2, *quiet, "--ckpt_path", str(tmp_path / "b" / "ckpt" / "last.ckpt"))
+
+    def rollouts(cli):
+        return cli.datamodule.pools.state_dict()["train"]
+
+    assert len(rollouts(evaluating)) > 0 and rollouts(evaluating) == rollouts(resumed)
+    for role in ("agent", "simulator"):
+        a = dict(getattr(evaluating.model, role).named_parameters())
+        b = dict(getattr(resumed.model, role).named_parameters())
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), role
