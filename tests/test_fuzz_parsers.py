@@ -695,7 +695,8 @@ def plan_outputs(draw, seed: Task) -> str:
         elif op == "drop" and isinstance(day, dict) and day:
             day.pop(draw(st.sampled_from(sorted(day))))
         elif op == "add_day":
-            plan.append(draw(st.one_of(json_values, st.just(dict(plan[0]) if plan else {}))))
+            # plan[0] may itself be an earlier added non-dict day (moved there by a swap)
+            plan.append(draw(st.one_of(json_values, st.just(dict(plan[0]) if plan and isinstance(plan[0], dict) else {}))))
         elif op == "drop_day" and plan:
             plan.pop(draw(st.integers(0, len(plan) - 1)))
         elif op == "swap" and len(plan) > 1:
