@@ -419,7 +419,7 @@ class BFCLEnv(Environment):
                 `categories`' held-out half. Their held-out half is not loaded.
             extra_seed_max_chars: keep only those extra seed tasks whose agent prompt is at most this
                 many characters (None: all). live_multiple's prompts average 4,300 characters, three
-                times simple_python's, and would make a CPU warm start three times as slow.
+                times simple_python's: long prompts make every warm-start and rollout step slower.
         """
         self.categories = list(categories) if categories else list(DEFAULT_CATEGORIES)
         self.extra_seed_categories = list(extra_seed_categories or [])
