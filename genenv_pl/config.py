@@ -80,6 +80,13 @@ class CoevoConfig:
     """Seed tasks the agent also trains on each epoch."""
     replay_tasks_per_epoch: int = 0
     """Tasks replayed from the D_train pool each epoch."""
+    agent_task_budget: int | None = None
+    """Stop training once the agent has rolled out this many training tasks (groups of G), summed over
+    epochs and ranks: the epoch that reaches it rolls out only what is left (the rest of its tasks are
+    dropped) and is the last one. Variants write different numbers of valid tasks an epoch ("static" all
+    of its K per seed, "genenv" only the simulator's valid ones), so comparing them at equal epochs is
+    comparing them at unequal training data; this compares them at equal data. None: stop by epochs
+    only (trainer.max_epochs, which still bounds a budgeted run)."""
     agent_batch_size: int = 64
     """Tasks (groups of G rollouts) per agent optimizer step, per rank. Paper: 64 in all."""
     sim_batch_size: int = 256

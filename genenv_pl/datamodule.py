@@ -60,6 +60,9 @@ class GenEnvDataModule(L.LightningDataModule):
         super().__init__()
         self.env: Environment = make_env(env, **(env_args or {}))
         self.cfg = coevo or CoevoConfig()
+        if self.cfg.agent_task_budget is not None and self.cfg.agent_task_budget < 1:
+            raise ValueError(f"data.coevo.agent_task_budget: agent training tasks to stop after, at least 1 "
+                             f"(or null for no budget); got {self.cfg.agent_task_budget}")
         self.seed = seed
         self.rng = random.Random(seed)
         self.pools = Pools()
@@ -76,6 +79,9 @@ class GenEnvDataModule(L.LightningDataModule):
             # loader once more before it moves on to e + 1 (and then asks again). Generating here
             # would add never-trained tasks to the pools and advance the rng: return a placeholder
             # that is replaced before it runs.
+            return DataLoader([{"agent": None, "sim": None}], batch_size=None)
+        if self.budget_spent:  # resumed from the checkpoint of the epoch that spent it: nothing left to train
+            self.trainer.should_stop = True
             return DataLoader([{"agent": None, "sim": None}], batch_size=None)
         steps = self.generate_epoch()
         self.generated_through = self.trainer.current_epoch
@@ -151,6 +157,7 @@ class GenEnvDataModule(L.LightningDataModule):
         with sync.guard() as failure:  # this rank's share: rollouts, rewards, p_hat, new pool entries, steps
             work: list[tuple[Task, str, int | None]] = [(t, "fresh", i) for i, b in enumerate(batches) for t in b.tasks]
             work += [(t, source, None) for t, source in sync.shard(planned)]
+            work = work[: self._budget_left(sync)]
             groups = rollout(self.env, agent, module.backend, work, _with_n(cfg.agent_sampling, cfg.group_size), progress,
                              cfg.max_seq_len)
             gen_seconds = time.perf_counter() - t0
@@ -218,6 +225,19 @@ class GenEnvDataModule(L.LightningDataModule):
                                                    sum(p.get("overlong", 0) for p in parts),
                                                    sum(len(p["env"]) for p in parts), curriculum.alpha))
         return steps
+
+    @property
+    def budget_spent(self) -> bool:
+        """The agent has rolled out data.coevo.agent_task_budget training tasks: training is over."""
+        return self.cfg.agent_task_budget is not None and self.tasks_seen >= self.cfg.agent_task_budget
+
+    def _budget_left(self, sync: RankSync) -> int | None:
+        """How many tasks this rank may still roll out (None: no budget): what is left of the budget,
+        split over the ranks as evenly as it goes (the lower ranks take the remainder)."""
+        if self.cfg.agent_task_budget is None:
+            return None
+        left = max(self.cfg.agent_task_budget - self.tasks_seen, 0)
+        return left // sync.world + (sync.rank < left % sync.world) if sync.distributed else left
 
     def _generate_sharded(self, module, seeds: list[Task], success_rates: dict[str, float], sim_params, progress,
                           sync: RankSync) -> list[SeedBatch]:

@@ -282,6 +282,9 @@ class GenEnvModule(L.LightningModule):
     def on_train_epoch_end(self) -> None:
         # Logged every epoch so that an epoch without in-band seed batches shows as such.
         self.log("sim/updates", float(self.counters["sim_updates"]), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
+        # data.coevo.agent_task_budget: this epoch's checkpoint (ModelCheckpoint runs after this hook) is the last
+        if getattr(self.trainer.datamodule, "budget_spent", False):
+            self.trainer.should_stop = True
 
     # ---- evaluation ---------------------------------------------------------------------
     def evaluate_tasks(self, tasks) -> list[dict[str, Any]]:

@@ -440,3 +440,33 @@ def test_training_does_not_depend_on_evaluation_or_on_resuming(tmp_path, cache):
         a = dict(getattr(evaluating.model, role).named_parameters())
         b = dict(getattr(resumed.model, role).named_parameters())
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), role
+
+
+def test_agent_task_budget_stops_training_at_that_many_tasks_and_a_resume_trains_no_more(tmp_path, cache):
+    # Seed tasks only (no simulator variations), 3 an epoch: a budget of 7 is epochs 0 and 1 whole and
+    # 1 task of epoch 2, which is the last epoch although max_epochs allows 10.
+    args = ["--data.coevo.seeds_per_epoch", "0", "--data.coevo.base_tasks_per_epoch", "3",
+            "--data.coevo.agent_task_budget", "7", "--trainer.limit_val_batches", "0"]
+    cli = _fit(tmp_path, cache, 10, *args)
+    assert cli.datamodule.tasks_seen == 7
+    assert cli.trainer.current_epoch == 3  # epochs 0, 1, 2 ran
+    updates = cli.model.counters["agent_updates"]
+    assert updates >= 1
+
+    resumed = _fit(tmp_path, cache, 10, *args, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"))
+    assert resumed.datamodule.tasks_seen == 7 and resumed.model.counters["agent_updates"] == updates
+
+
+def test_agent_task_budget_trims_the_simulators_tasks_of_the_last_epoch(tmp_path, cache):
+    cli = _fit(tmp_path, cache, 3, "--data.coevo.base_tasks_per_epoch", "0", "--data.coevo.agent_task_budget", "5",
+               "--trainer.limit_val_batches", "0")
+    dm = cli.datamodule
+    assert dm.tasks_seen == 5 and len(dm.pools.train) == 5  # every trained task is a simulator variation in D_train
+
+
+def test_agent_task_budget_below_one_names_the_key():
+    from genenv_pl.config import CoevoConfig
+    from genenv_pl.datamodule import GenEnvDataModule
+
+    with pytest.raises(ValueError, match="data.coevo.agent_task_budget"):
+        GenEnvDataModule(coevo=CoevoConfig(agent_task_budget=0))
