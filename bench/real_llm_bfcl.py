@@ -233,12 +233,8 @@ def paired_lines(items: dict[str, dict], result: dict, kind: str = "items") -> l
     what = ("greedy answers" if kind == "items" else
             "sampled answers: each item's score is the mean accuracy of k answers sampled at the rollout temperature")
     lines = ["", f"Paired on the same items, {what} (`main.py test`; final agent = the fit's last checkpoint). SE: the "
-             "standard error of the mean per-item difference.", "",
-             "| final agent | accuracy | minus warm start | SE | items gained / lost |", "|---|---|---|---|---|"]
-    for stage, it in items.items():
-        pr = paired(it, warm)
-        result[key][f"{stage} - warm_start"] = pr
-        lines.append(f"| {stage} | {pr['a']:.3f} | {pr['diff']:+.3f} | {pr['se']:.3f} | {pr['gained']} / {pr['lost']} |")
+             "standard error of the mean per-item difference."]
+    lines += _against_warm_start(items, warm, result[key])
     genenv = [s for s in items if s.startswith("genenv_s")]
     others = [s for s in items if not s.startswith("genenv_s")]
     if genenv and others:
@@ -248,6 +244,17 @@ def paired_lines(items: dict[str, dict], result: dict, kind: str = "items") -> l
                 pr = paired(items[g], items[o])
                 result[key][f"{g} - {o}"] = pr
                 lines.append(f"| {g} - {o} | {pr['diff']:+.3f} | {pr['se']:.3f} | {pr['gained']} / {pr['lost']} |")
+    return lines
+
+
+def _against_warm_start(items: dict[str, dict], warm: dict, pairs: dict | None = None) -> list[str]:
+    """Markdown table: each final agent paired with the warm-started agent (kept in `pairs` if given)."""
+    lines = ["", "| final agent | accuracy | minus warm start | SE | items gained / lost |", "|---|---|---|---|---|"]
+    for stage, it in items.items():
+        pr = paired(it, warm)
+        if pairs is not None:
+            pairs[f"{stage} - warm_start"] = pr
+        lines.append(f"| {stage} | {pr['a']:.3f} | {pr['diff']:+.3f} | {pr['se']:.3f} | {pr['gained']} / {pr['lost']} |")
     return lines
 
 
@@ -340,11 +347,8 @@ def report(args) -> None:
             old = {p.stem: json.loads(p.read_text())["items"]
                    for p in sorted(run_file(args, "x").parent.glob(f"superseded/{kind}/*.json"))}
             if warm_kind := item_files(args, kind).get("warm_start"):
-                lines += ["", f"Their final agents paired with the same warm-started agent, {'greedy' if kind == 'items' else 'sampled'}:",
-                          "", "| final agent | accuracy | minus warm start | SE | items gained / lost |", "|---|---|---|---|---|"]
-                for stage, it in old.items():
-                    pr = paired(it, warm_kind)
-                    lines.append(f"| {stage} | {pr['a']:.3f} | {pr['diff']:+.3f} | {pr['se']:.3f} | {pr['gained']} / {pr['lost']} |")
+                lines += ["", f"Their final agents paired with the same warm-started agent, {'greedy' if kind == 'items' else 'sampled'}:"]
+                lines += _against_warm_start(old, warm_kind)
     Path(args.results, "real_llm_bfcl.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     _plot(result, Path(args.results, "real_llm_bfcl.png"))
@@ -425,8 +429,8 @@ def main() -> None:
     if not args.report_only:
         # Seed by seed, every variant of a seed before the next seed: a study stopped part way has
         # comparable runs, not all seeds of one variant and none of another.
-        seeds = sorted(set(args.seeds) | (set(args.genenv_seeds) if "genenv" in args.variants else set()))
-        order = [(v, s) for s in seeds for v in args.variants if s in (args.genenv_seeds if v == "genenv" else args.seeds)]
+        order = sorted(((v, s) for v in args.variants for s in (args.genenv_seeds if v == "genenv" else args.seeds)),
+                       key=lambda vs: vs[1])  # stable: variants keep their order within a seed
         order = order[:1] + [("zero-shot", None)] + order[1:]  # the first fit also builds the cached warm starts
         for variant, seed in order:
             if variant == "zero-shot":
