@@ -76,7 +76,7 @@ def sync_warm_starts(store: Path) -> None:
             for f in ADAPTER_FILES:
                 (tmp / f).write_bytes((src / f).read_bytes())
             tmp.rename(dst)
-            print(f"warm start restored from {store.relative_to(REPO)}: {src.name}", flush=True)
+            print(f"warm start restored from {os.path.relpath(store, REPO)}: {src.name}", flush=True)
     for src in CACHE.glob("*-bfcl-*"):
         dst = store / src.name
         if src.is_dir() and not dst.exists() and all((src / f).exists() for f in ADAPTER_FILES):
