@@ -277,6 +277,35 @@ def paired_lines(items: dict[str, dict], result: dict, kind: str = "items") -> l
     return lines
 
 
+def split_lines(greedy: dict[str, dict], sampled: dict[str, dict], result: dict) -> list[str]:
+    """Markdown: each final agent's sampled gain over the warm start, split by whether the warm start's
+    greedy answer to the item was right. A gain found mostly where greedy was already right means the
+    training sharpened the warm start's distribution towards calls it already ranked first, rather than
+    teaching calls it did not know."""
+    warm_g, warm_s = greedy.get("warm_start"), sampled.get("warm_start")
+    stages = [s for s in greedy if s != "warm_start" and s in sampled]
+    if warm_g is None or warm_s is None or not stages:
+        return []
+    right = {k for k, (a, *_) in warm_g.items() if a > 0}
+    result["sampled_gain_by_warm_greedy"] = {}
+    lines = ["", "Where the sampled gain comes from: items split by the warm start's greedy answer, each final agent's "
+             "sampled (and greedy) accuracy minus the warm start's on those items, paired. The greedy columns can only "
+             "fall on the first split and rise on the second (the split is made on them), so they show churn; the "
+             "sampled columns show where probability moved. A subgroup read after the fact, not a planned test.", "",
+             f"| final agent | greedy right ({len(right & set(warm_s))} items): sampled | greedy | "
+             f"greedy wrong ({len(set(warm_s) - right)} items): sampled | greedy |", "|---|---|---|---|---|"]
+    for stage in stages:
+        cells, kept = [], {}
+        for name, keys in (("right", right), ("wrong", set(warm_s) - right)):
+            for kind, now, before in (("sampled", sampled[stage], warm_s), ("greedy", greedy[stage], warm_g)):
+                pr = paired({k: now[k] for k in keys if k in now}, {k: before[k] for k in keys if k in before})
+                kept[f"{name}/{kind}"] = pr
+                cells.append(f"{pr['b']:.3f} -> {pr['a']:.3f} ({pr['diff']:+.3f}, SE {pr['se']:.3f})")
+        result["sampled_gain_by_warm_greedy"][stage] = kept
+        lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _against_warm_start(items: dict[str, dict], warm: dict, pairs: dict | None = None) -> list[str]:
     """Markdown table: each final agent paired with the warm-started agent (kept in `pairs` if given)."""
     lines = ["", "| final agent | accuracy | minus warm start | SE | items gained / lost |", "|---|---|---|---|---|"]
@@ -348,7 +377,9 @@ def report(args) -> None:
         result["variants"].setdefault(record["variant"], {})[f"s{record['seed']}"] = sm
         if sm["accuracy"]:
             result["warm_start_accuracy"] = sm["accuracy"][0]  # the same warm-started agent in every run
-    paired_table = paired_lines(items, result) + paired_lines(item_files(args, "sampled"), result, "sampled")
+    sampled = item_files(args, "sampled")
+    paired_table = (paired_lines(items, result) + paired_lines(sampled, result, "sampled")
+                    + split_lines(items, sampled, result))
     Path(args.results, "real_llm_bfcl.json").write_text(json.dumps(result, indent=1))
     lines = ["# SmolLM2-135M on BFCL single-turn through GenEnv (CPU)", "",
              f"`python bench/real_llm_bfcl.py{''.join(' --override ' + o for o in args.override)}` (recipe: `configs/cpu/bfcl.yaml`"
