@@ -286,19 +286,21 @@ def split_lines(greedy: dict[str, dict], sampled: dict[str, dict], result: dict)
     stages = [s for s in greedy if s != "warm_start" and s in sampled]
     if warm_g is None or warm_s is None or not stages:
         return []
-    right = {k for k, (a, *_) in warm_g.items() if a > 0}
+    scored = set(warm_g) & set(warm_s)
+    right = {k for k in scored if warm_g[k][0] > 0}
+    splits = (("right", right), ("wrong", scored - right))
     result["sampled_gain_by_warm_greedy"] = {}
     lines = ["", "Where the sampled gain comes from: items split by the warm start's greedy answer, each final agent's "
              "sampled (and greedy) accuracy minus the warm start's on those items, paired. The greedy columns can only "
              "fall on the first split and rise on the second (the split is made on them), so they show churn; the "
              "sampled columns show where probability moved. A subgroup read after the fact, not a planned test.", "",
-             f"| final agent | greedy right ({len(right & set(warm_s))} items): sampled | greedy | "
-             f"greedy wrong ({len(set(warm_s) - right)} items): sampled | greedy |", "|---|---|---|---|---|"]
+             f"| final agent | greedy right ({len(right)} items): sampled | greedy | "
+             f"greedy wrong ({len(scored - right)} items): sampled | greedy |", "|---|---|---|---|---|"]
     for stage in stages:
         cells, kept = [], {}
-        for name, keys in (("right", right), ("wrong", set(warm_s) - right)):
+        for name, keys in splits:
             for kind, now, before in (("sampled", sampled[stage], warm_s), ("greedy", greedy[stage], warm_g)):
-                pr = paired({k: now[k] for k in keys if k in now}, {k: before[k] for k in keys if k in before})
+                pr = paired({k: v for k, v in now.items() if k in keys}, before)  # paired() keeps shared items
                 kept[f"{name}/{kind}"] = pr
                 cells.append(f"{pr['b']:.3f} -> {pr['a']:.3f} ({pr['diff']:+.3f}, SE {pr['se']:.3f})")
         result["sampled_gain_by_warm_greedy"][stage] = kept
