@@ -1,0 +1,47 @@
+"""bench/real_llm_bfcl.py compares genenv with a baseline only at the same seed, and pools each
+variant's seeds item by item before pairing with the warm start."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.append(str(Path(__file__).parents[1] / "bench"))
+import real_llm_bfcl as study  # noqa: E402
+
+WARM = {"a": [1.0, 0.0], "b": [0.0, 0.0], "c": [0.0, 0.0], "d": [1.0, 0.0]}
+
+
+def _run(*right: str) -> dict:
+    return {k: [1.0 if k in right else 0.0, 0.0] for k in WARM}
+
+
+@pytest.mark.parametrize("stages, want_pairs", [
+    ({"genenv_s0": _run("a"), "static_s0": _run("a", "b")}, ["genenv_s0 - static_s0"]),
+    # a baseline of another seed is not paired with genenv
+    ({"genenv_s0": _run("a"), "static_s1": _run("a", "b")}, []),
+    ({"genenv_s0": _run(), "genenv_s1": _run(), "genenv-random_s1": _run(), "static_s0": _run()},
+     ["genenv_s0 - static_s0", "genenv_s1 - genenv-random_s1"]),
+])
+def test_genenv_paired_only_at_the_same_seed(stages, want_pairs):
+    result: dict = {}
+    study.paired_lines({"warm_start": WARM} | stages, result)
+    assert sorted(k for k in result["paired"] if not k.endswith("warm_start")) == want_pairs
+
+
+@pytest.mark.parametrize("seeds, want_diff, want_per_seed", [
+    # seed 0 gains b, seed 1 loses d: item means b 0.5, d 0.5 -> pooled difference 0
+    ([("a", "b", "d"), ("a",)], 0.0, "+0.250, -0.250"),
+    ([("a", "b", "d"), ("a", "b", "c", "d")], 0.375, "+0.250, +0.500"),
+])
+def test_seeds_pooled_item_by_item(seeds, want_diff, want_per_seed):
+    result: dict = {}
+    lines = study.paired_lines({"warm_start": WARM} | {f"static_s{i}": _run(*r) for i, r in enumerate(seeds)}, result)
+    pooled = result["paired_by_variant"]["static"]
+    assert pooled["diff"] == pytest.approx(want_diff) and pooled["seeds"] == ["0", "1"] and pooled["n"] == 4
+    assert lines[-1].startswith("| static | 2 |") and lines[-1].endswith(f"| {want_per_seed} |")
+
+
+def test_no_pooled_table_while_every_variant_has_one_seed():
+    result: dict = {}
+    lines = study.paired_lines({"warm_start": WARM, "genenv_s0": _run("a"), "static_s0": _run()}, result)
+    assert result["paired_by_variant"] == {} and not any("over its scored seeds" in line for line in lines)
