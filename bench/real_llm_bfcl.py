@@ -275,7 +275,7 @@ def paired_lines(items: dict[str, dict], result: dict, kind: str = "items") -> l
             pr = paired(items[g], items[o])
             result[key][f"{g} - {o}"] = pr
             lines.append(f"| {g} - {o} | {pr['diff']:+.3f} | {pr['se']:.3f} | {pr['gained']} / {pr['lost']} |")
-    lines += _pooled_over_seeds(items, warm, result.setdefault(f"{key}_by_variant", {}))
+    lines += _pooled_over_seeds(items, warm, result[key], result.setdefault(f"{key}_by_variant", {}))
     return lines
 
 
@@ -284,9 +284,10 @@ def _variant_seed(stage: str) -> tuple[str, str]:
     return variant, seed
 
 
-def _pooled_over_seeds(items: dict[str, dict], warm: dict, pooled: dict) -> list[str]:
+def _pooled_over_seeds(items: dict[str, dict], warm: dict, against_warm: dict, pooled: dict) -> list[str]:
     """Markdown: per variant, each item's score averaged over the variant's scored seeds, paired with the
-    warm start. Its SE counts only the items' spread, not the seeds': the per-seed column shows that."""
+    warm start. Its SE counts only the items' spread, not the seeds': the per-seed column shows that,
+    read from `against_warm` (each stage's pair with the warm start, already computed)."""
     by_variant: dict[str, list[str]] = {}
     for stage in items:
         by_variant.setdefault(_variant_seed(stage)[0], []).append(stage)
@@ -300,7 +301,7 @@ def _pooled_over_seeds(items: dict[str, dict], warm: dict, pooled: dict) -> list
         mean = {k: [sum(items[s][k][0] for s in stages) / len(stages)] for k in keys}
         pr = paired(mean, warm)
         pooled[variant] = pr | {"seeds": [_variant_seed(s)[1] for s in stages]}
-        per_seed = ", ".join(f"{paired(items[s], warm)['diff']:+.3f}" for s in stages)
+        per_seed = ", ".join(f"{against_warm[f'{s} - warm_start']['diff']:+.3f}" for s in stages)
         lines.append(f"| {variant} | {len(stages)} | {pr['a']:.3f} | {pr['diff']:+.3f} | {pr['se']:.3f} | {per_seed} |")
     return lines
 
