@@ -276,6 +276,7 @@ def paired_lines(items: dict[str, dict], result: dict, kind: str = "items") -> l
             result[key][f"{g} - {o}"] = pr
             lines.append(f"| {g} - {o} | {pr['diff']:+.3f} | {pr['se']:.3f} | {pr['gained']} / {pr['lost']} |")
     lines += _pooled_over_seeds(items, warm, result[key], result.setdefault(f"{key}_by_variant", {}))
+    lines += _genenv_minus_pooled(items, result[key], result.setdefault(f"{key}_genenv_minus_pooled", {}))
     return lines
 
 
@@ -303,6 +304,33 @@ def _pooled_over_seeds(items: dict[str, dict], warm: dict, against_warm: dict, p
         pooled[variant] = pr | {"seeds": [_variant_seed(s)[1] for s in stages]}
         per_seed = ", ".join(f"{against_warm[f'{s} - warm_start']['diff']:+.3f}" for s in stages)
         lines.append(f"| {variant} | {len(stages)} | {pr['a']:.3f} | {pr['diff']:+.3f} | {pr['se']:.3f} | {per_seed} |")
+    return lines
+
+
+def _genenv_minus_pooled(items: dict[str, dict], same_seed: dict, pooled: dict) -> list[str]:
+    """Markdown: genenv minus each baseline over the seeds both have scored, each item's difference
+    averaged over those seeds (the same-seed pairs of `same_seed`, pooled). As in `_pooled_over_seeds`,
+    the SE counts the items' spread only; the per-seed column shows the seeds'."""
+    seeds_of: dict[str, set[str]] = {}
+    for stage in items:
+        variant, seed = _variant_seed(stage)
+        seeds_of.setdefault(variant, set()).add(seed)
+    shared = {b: sorted(seeds & seeds_of.get("genenv", set()), key=int)
+              for b, seeds in seeds_of.items() if b != "genenv"}
+    shared = {b: seeds for b, seeds in shared.items() if len(seeds) >= 2}
+    if not shared:
+        return []
+    lines = ["", "genenv minus each baseline over the seeds both have (an item's difference is its mean over those "
+             "seeds; SE: the items' spread only):", "",
+             "| genenv minus | seeds | difference | SE | per seed |", "|---|---|---|---|---|"]
+    for baseline, seeds in shared.items():
+        g, b = ([f"{v}_s{s}" for s in seeds] for v in ("genenv", baseline))
+        keys = set.intersection(*(set(items[s]) for s in g + b))
+        mean_g, mean_b = ({k: [sum(items[s][k][0] for s in stages) / len(seeds)] for k in keys} for stages in (g, b))
+        pr = paired(mean_g, mean_b)
+        pooled[baseline] = pr | {"seeds": seeds}
+        per_seed = ", ".join(f"{same_seed[f'{x} - {y}']['diff']:+.3f}" for x, y in zip(g, b))
+        lines.append(f"| {baseline} | {len(seeds)} | {pr['diff']:+.3f} | {pr['se']:.3f} | {per_seed} |")
     return lines
 
 

@@ -45,3 +45,22 @@ def test_no_pooled_table_while_every_variant_has_one_seed():
     result: dict = {}
     lines = study.paired_lines({"warm_start": WARM, "genenv_s0": _run("a"), "static_s0": _run()}, result)
     assert result["paired_by_variant"] == {} and not any("over its scored seeds" in line for line in lines)
+
+
+@pytest.mark.parametrize("stages, want", [
+    # seed 0: genenv gains b over static; seed 1: static gains c over genenv -> pooled 0
+    ({"genenv_s0": _run("a", "b"), "static_s0": _run("a"), "genenv_s1": _run(), "static_s1": _run("c")},
+     {"static": (0.0, ["0", "1"], "+0.250, -0.250")}),
+    # only seeds both variants have count; genenv-random shares one seed, so it gets no pooled row
+    ({"genenv_s0": _run("a", "b"), "genenv_s1": _run("b"), "genenv_s2": _run("d"), "static_s1": _run(),
+      "static_s2": _run(), "genenv-random_s0": _run()},
+     {"static": (0.25, ["1", "2"], "+0.250, +0.250")}),
+])
+def test_genenv_minus_baseline_pooled_over_shared_seeds(stages, want):
+    result: dict = {}
+    lines = study.paired_lines({"warm_start": WARM} | stages, result)
+    pooled = result["paired_genenv_minus_pooled"]
+    assert sorted(pooled) == sorted(want)
+    for baseline, (diff, seeds, per_seed) in want.items():
+        assert pooled[baseline]["diff"] == pytest.approx(diff) and pooled[baseline]["seeds"] == seeds
+        assert f"| {baseline} | {len(seeds)} | {diff:+.3f} | {pooled[baseline]['se']:.3f} | {per_seed} |" in lines
