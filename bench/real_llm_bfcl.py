@@ -525,8 +525,8 @@ def _plot(result: dict, path: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="seeds of genenv-random and static")
-    p.add_argument("--genenv-seeds", nargs="+", type=int, default=[0, 1], help="seeds of the genenv variant")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of genenv-random and static")
+    p.add_argument("--genenv-seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of the genenv variant")
     p.add_argument("--epochs", type=int, default=None, help="max epochs (default: the recipe's trainer.max_epochs)")
     p.add_argument("--task-budget", type=int, default=None, metavar="N",
                    help="agent training tasks each fit stops after (default: the recipe's data.coevo.agent_task_budget)")
