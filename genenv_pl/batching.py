@@ -1,7 +1,9 @@
-"""Packing prompt + response token ids into right-padded training tensors."""
+"""Packing prompt + response token ids into right-padded training tensors, and the container that
+carries one training step's batches through Lightning."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -54,3 +56,43 @@ def split_rows(batch: dict[str, Tensor], size: int | None) -> list[dict[str, Ten
         width = max(int(batch["attention_mask"][rows].sum(dim=1).max()), 1)
         out.append({k: v if v.dim() == 0 else v[rows, :width] if v.dim() == 2 else v[rows] for k, v in batch.items()})
     return out
+
+
+class Step:
+    """One training step's batches: `step["agent"]` (GRPO rows) and `step["sim"]` (RWR rows), each a
+    dict of tensors or None.
+
+    Deliberately not a dict. Before `training_step`, Lightning's precision plugin casts every floating
+    tensor it finds inside standard collections to its input dtype (`bf16-true`: bf16). That would quantize what must stay exact: the rollouts' old log-probs
+    (near -10 a bf16 step is 0.06), advantages, RWR weights and R_env, and the sampling temperature
+    (0.7 becomes 0.6992). Lightning moves any object that has a `to` method to the device and leaves
+    its contents alone otherwise, so these stay fp32 whatever the precision plugin."""
+
+    __slots__ = ("agent", "sim")
+
+    def __init__(self, agent: dict[str, Tensor] | None = None, sim: dict[str, Tensor] | None = None):
+        self.agent, self.sim = agent, sim
+
+    def __getitem__(self, role: str) -> dict[str, Tensor] | None:
+        return getattr(self, _role(role))
+
+    def __setitem__(self, role: str, batch: dict[str, Tensor] | None) -> None:
+        setattr(self, _role(role), batch)
+
+    def to(self, device: Any, **kwargs: Any) -> "Step":
+        def move(batch):
+            return None if batch is None else {k: v.to(device, **kwargs) for k, v in batch.items()}
+        return Step(move(self.agent), move(self.sim))
+
+    def __repr__(self) -> str:
+        return f"Step(agent={_shape(self.agent)}, sim={_shape(self.sim)})"
+
+
+def _role(role: str) -> str:
+    if role not in Step.__slots__:
+        raise KeyError(role)
+    return role
+
+
+def _shape(batch: dict[str, Tensor] | None) -> str:
+    return "None" if batch is None else f"{tuple(batch['input_ids'].shape)} rows x tokens"

@@ -29,12 +29,20 @@ class GRPOConfig:
     one that sampled the rollouts, and the ratio to their stored log-probs and its clip do their work.
     1 (the paper, on-policy): each rollout is used once. More steps per rollout where sampling costs
     far more than a training step, as on a CPU."""
+    old_logp: Literal["auto", "recompute", "rollout"] = "auto"
+    """Where the ratio's old log-probs come from. "recompute" (verl's compute_log_prob): one no-grad
+    forward pass of the agent over the epoch's rollouts before its first update, computed as the
+    training step computes (same precision and kernels), so that on-policy the ratio is 1 to float
+    rounding. "rollout": the log-probs the generation backend returned while sampling (no extra pass),
+    which match the training forward only where both run the same arithmetic: in bf16 a KV-cached
+    decode step and a full forward pass differ by a few 1e-3 in log-prob, and vLLM's kernels differ
+    from HF's in any precision. "auto": "rollout" for fp32 training with the HF backend, else "recompute"."""
     micro_batch_size: int | None = None
     """Rollouts per forward/backward pass (verl's ppo_micro_batch_size_per_gpu): gradients of the
     micro-batches accumulate into one optimizer step over the whole batch (coevo.agent_batch_size
     groups), with the loss normalised as if it ran at once. A multiple of G keeps each group's shared
-    prompt in one pass. None: the whole batch in one pass. One process only (several ranks already
-    split the batch)."""
+    prompt in one pass. None: the whole batch in one pass. With several ranks each rank splits its own
+    batch, and every rank runs as many passes as the rank with the most micro-batches."""
 
 
 @dataclass
@@ -60,7 +68,7 @@ class RWRConfig:
     micro_batch_size: int | None = None
     """Simulator samples per forward/backward pass; gradients accumulate into one step over the whole
     batch (coevo.sim_batch_size samples), and the KL cap measures that whole step. None: the whole
-    batch in one pass. One process only."""
+    batch in one pass. With several ranks, as for `grpo.micro_batch_size`."""
     replay_per_epoch: int = 0
     """Beyond the paper: samples drawn from D_env (with replacement, with their stored R_env) and added to
     each epoch's simulator update, in band or not this epoch; 0 (Algorithm 1): the epoch's own set only."""

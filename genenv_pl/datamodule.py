@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from genenv_pl.backends.base import Generation
-from genenv_pl.batching import pack
+from genenv_pl.batching import Step, pack
 from genenv_pl.coevo import Group, SeedBatch, generate_tasks, rollout
 from genenv_pl.config import CoevoConfig
 from genenv_pl.curriculum import rwr_weights, success_rate
@@ -79,11 +79,14 @@ class GenEnvDataModule(L.LightningDataModule):
             # loader once more before it moves on to e + 1 (and then asks again). Generating here
             # would add never-trained tasks to the pools and advance the rng: return a placeholder
             # that is replaced before it runs.
-            return DataLoader([{"agent": None, "sim": None}], batch_size=None)
+            return DataLoader([Step()], batch_size=None)
         if self.budget_spent:  # resumed from the checkpoint of the epoch that spent it: nothing left to train
             self.trainer.should_stop = True
-            return DataLoader([{"agent": None, "sim": None}], batch_size=None)
-        steps = self.generate_epoch()
+            return DataLoader([Step()], batch_size=None)
+        # Generation computes as training does (bf16-mixed: under its autocast), and the precision
+        # plugin never sees the steps' fp32 values (`Step`).
+        with self.trainer.lightning_module.autocast():
+            steps = [Step(s["agent"], s["sim"]) for s in self.generate_epoch()]
         self.generated_through = self.trainer.current_epoch
         # Several ranks: `steps` is already this rank's shard. A one-replica DistributedSampler keeps
         # Lightning (use_distributed_sampler) from splitting it again.
@@ -137,7 +140,9 @@ class GenEnvDataModule(L.LightningDataModule):
         t0 = time.perf_counter()
 
         seeds_all = self.env.seed_tasks()
-        sim_params = _with_n(cfg.sim_sampling, cfg.num_generations_per_prompt)
+        # The sampler's log-probs are read only as GRPO's old log-probs, and only where they are not recomputed.
+        sampler_logprobs = not module.uses_recomputed_old_logp()
+        sim_params = replace(cfg.sim_sampling, n=cfg.num_generations_per_prompt, logprobs=sampler_logprobs)
         seeds: list[Task] = []
         planned: list[tuple[Task, str]] = []
         if cfg.variant == "static":  # a fixed set generated once; the simulator is not used again
@@ -158,8 +163,8 @@ class GenEnvDataModule(L.LightningDataModule):
             work: list[tuple[Task, str, int | None]] = [(t, "fresh", i) for i, b in enumerate(batches) for t in b.tasks]
             work += [(t, source, None) for t, source in sync.shard(planned)]
             work = work[: self._budget_left(sync)]
-            groups = rollout(self.env, agent, module.backend, work, _with_n(cfg.agent_sampling, cfg.group_size), progress,
-                             cfg.max_seq_len)
+            groups = rollout(self.env, agent, module.backend, work,
+                             replace(cfg.agent_sampling, n=cfg.group_size, logprobs=sampler_logprobs), progress, cfg.max_seq_len)
             gen_seconds = time.perf_counter() - t0
 
             for b in batches:
@@ -190,8 +195,9 @@ class GenEnvDataModule(L.LightningDataModule):
                 new.add_env(epoch, s.batch.seed.id, s.batch.prompt, s.generation.text, s.p_hat, s.r_env)
             sim_samples += [_replayed(module.simulator, e) for e in sync.shard(env_replay)]  # (not added to D_env again)
 
+            old_logprobs = module.old_logprobs if module.uses_recomputed_old_logp() else None
             steps, zero_std_frac = self._build_steps(groups, sim_samples, module.agent.pad_id, module.simulator.pad_id,
-                                                     module.advantages, step_rng, module.grpo.num_iterations)
+                                                     module.advantages, step_rng, module.grpo.num_iterations, old_logprobs)
             shown_batches, shown_groups = _lite(batches, groups) if sync.distributed else (batches, groups)
             mine = {"rates": rates, "train": new.train, "env": new.env, "batches": shown_batches, "groups": shown_groups,
                     "zero_std": round(zero_std_frac * max(len(groups), 1)), "steps": len(steps), "seconds": gen_seconds,
@@ -275,10 +281,12 @@ class GenEnvDataModule(L.LightningDataModule):
 
     def _build_steps(self, groups: list[Group], sim_samples: list["SimSample"], agent_pad: int, sim_pad: int,
                      advantages: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-                     rng: random.Random | None = None, iterations: int = 1):
+                     rng: random.Random | None = None, iterations: int = 1,
+                     old_logprobs: Callable[[list[dict[str, torch.Tensor]]], list[torch.Tensor]] | None = None):
         """The epoch's optimizer steps: GRPO groups with their advantages (`GenEnvModule.advantages`) in
         chunks of agent_batch_size, each chunk `iterations` times in a row (`grpo.num_iterations`),
-        simulator samples in chunks of sim_batch_size. Each batch carries the
+        simulator samples in chunks of sim_batch_size. `old_logprobs` (`GenEnvModule.old_logprobs`, when
+        `grpo.old_logp` recomputes) replaces the sampler's log-probs of each agent batch. Each batch carries the
         temperature its text was sampled at (a 0-d tensor, as every value of a batch is a tensor): the
         training forward passes divide the logits by it."""
         cfg = self.cfg
@@ -294,14 +302,18 @@ class GenEnvDataModule(L.LightningDataModule):
         rng.shuffle(sim_samples)
         agent_chunks = [agent_groups[i : i + cfg.agent_batch_size] for i in range(0, len(agent_groups), cfg.agent_batch_size)]
         sim_chunks = [sim_samples[i : i + cfg.sim_batch_size] for i in range(0, len(sim_samples), cfg.sim_batch_size)]
-        agent_batches = []
+        packed = []
         for chunk in agent_chunks:
             rows = [(r, a) for g, adv in chunk for r, a in zip(g.rollouts, adv.tolist())]
             batch = pack([r.prompt_ids for r, _ in rows], [r.response_ids for r, _ in rows], agent_pad,
                          [r.logprobs for r, _ in rows])
             batch["advantages"] = torch.tensor([a for _, a in rows], dtype=torch.float32)
-            batch["temperature"] = torch.tensor(cfg.agent_sampling.temperature)
-            agent_batches += [batch] * iterations  # packed once, stepped on `iterations` times in a row
+            batch["temperature"] = torch.tensor(cfg.agent_sampling.temperature, dtype=torch.float32)
+            packed.append(batch)
+        if old_logprobs is not None and packed:
+            for batch, logp in zip(packed, old_logprobs(packed)):
+                batch["old_logp"] = logp
+        agent_batches = [b for b in packed for _ in range(iterations)]  # packed once, stepped on `iterations` times in a row
         n_steps = max(len(agent_batches), len(sim_chunks), 1)  # an empty epoch still runs (and logs) one step
         steps = []
         for i in range(n_steps):
@@ -313,7 +325,7 @@ class GenEnvDataModule(L.LightningDataModule):
                 step["sim"] = pack([g.prompt_ids for g in gens], [g.response_ids for g in gens], sim_pad,
                                    [g.logprobs for g in gens])
                 step["sim"]["r_env"] = torch.tensor([s.r_env for s in sim_chunks[i]], dtype=torch.float32)
-                step["sim"]["temperature"] = torch.tensor(cfg.sim_sampling.temperature)
+                step["sim"]["temperature"] = torch.tensor(cfg.sim_sampling.temperature, dtype=torch.float32)
             steps.append(step)
         return steps, zero / max(len(groups), 1)
 
@@ -413,12 +425,6 @@ def _lite(batches: list[SeedBatch], groups: list[Group]) -> tuple[list[SeedBatch
     return ([replace(b, generations=[strip(g) for g in b.generations], task_generations=[strip(g) for g in b.task_generations])
              for b in batches],
             [replace(g, rollouts=[strip(r) for r in g.rollouts]) for g in groups])
-
-
-def _with_n(params, n: int):
-    from dataclasses import replace
-
-    return replace(params, n=n)
 
 
 def _rng_to_list(state) -> list:

@@ -74,8 +74,19 @@ class RankSync:
         if not self.distributed:
             return value
         strategy = self.trainer.strategy
-        t = torch.tensor(float(value), device=strategy.root_device)
+        # float64, never the default dtype: `bf16-true` makes bf16 the default inside the step, and bf16
+        # counts only integers up to 256 exactly (token counts, KL sums)
+        t = torch.tensor(float(value), dtype=torch.float64, device=strategy.root_device)
         return float(strategy.reduce(t, reduce_op="sum"))
+
+
+    def max(self, value: float) -> float:
+        """Largest value of a number over ranks (a small all-reduce)."""
+        if not self.distributed:
+            return value
+        t = torch.tensor(float(value), dtype=torch.float64, device=self.trainer.strategy.root_device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return float(t)
 
 
 def _describe(e: BaseException) -> str:
@@ -104,28 +115,56 @@ def decoder_layer_classes(model: torch.nn.Module) -> set[type]:
     return {type(m) for m in model.modules() if type(m).__name__ in names}
 
 
-def shard_module(model: torch.nn.Module, kind: str, strategy: Any) -> torch.nn.Module:
+def shard_module(model: torch.nn.Module, kind: str, strategy: Any, compute_dtype: torch.dtype | None = None
+                 ) -> torch.nn.Module:
     """Shard one model on its own: every decoder layer is a unit, the rest (embeddings, head) the root.
 
     fsdp2: `fully_shard` over all ranks (data parallel only), in place. fsdp: FSDP-wrapped with the
     strategy's settings (call inside Lightning's `configure_model`, which runs in the strategy's
     `enable_wrap` context); the decoder layers become nested units unless the strategy sets its own
-    `auto_wrap_policy`. Returns the sharded module (fsdp: the wrapper)."""
+    `auto_wrap_policy`. Returns the sharded module (fsdp: the wrapper).
+
+    `compute_dtype` (fsdp2, bf16-mixed): the shards stay in their own dtype (fp32 masters for a trained
+    policy) and gradients are reduced in fp32 (torch's `MixedPrecisionPolicy`). The decoder layers are
+    gathered in `compute_dtype`, the root (embeddings, final norm, LM head) as it is, and no layer's input
+    is cast: the residual stream stays in the embeddings' fp32 and the precision plugin's autocast runs the
+    matrix products in bf16, as bf16-mixed computes in one process. (All-bf16 compute, verl's policy, put
+    the residual stream in bf16: one step of the tiny simulator then moved its weights with cosine 0.976-0.990
+    to the fp32 step, against >= 0.99 here.) `compute_copy` is a local model that computes the same way."""
     layers = decoder_layer_classes(model)
     if kind == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         mesh = init_device_mesh(strategy.root_device.type, (torch.distributed.get_world_size(),))
+        layer_mp, root_mp = {}, {}
+        if compute_dtype is not None:
+            layer_mp = {"mp_policy": MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32,
+                                                          cast_forward_inputs=False)}
+            root_mp = {"mp_policy": MixedPrecisionPolicy(reduce_dtype=torch.float32, cast_forward_inputs=False)}
         for m in list(model.modules()):
             if type(m) in layers:
-                fully_shard(m, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+                fully_shard(m, mesh=mesh, **layer_mp)
+        fully_shard(model, mesh=mesh, **root_mp)
         return model
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy, wrap
 
     own_policy = "auto_wrap_policy" in getattr(strategy, "kwargs", {})
     return wrap(model, **({} if own_policy or not layers else {"auto_wrap_policy": ModuleWrapPolicy(layers)}))
+
+
+def compute_copy(model: torch.nn.Module, compute_dtype: torch.dtype) -> torch.nn.Module:
+    """A local copy of `model` that computes as its FSDP2 shards do under `shard_module(..., compute_dtype)`:
+    the decoder layers' parameters in `compute_dtype`, the rest (and every buffer) as they are."""
+    import copy
+
+    replica = copy.deepcopy(model)
+    layers = decoder_layer_classes(replica)
+    for m in replica.modules():
+        if type(m) in layers:
+            for p in m.parameters():
+                p.data = p.data.to(compute_dtype)
+    return replica
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:

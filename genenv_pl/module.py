@@ -8,6 +8,7 @@ counters and training stops by epochs.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -22,12 +23,12 @@ from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info
 
 from genenv_pl.backends import SamplingParams, make_backend
-from genenv_pl.batching import split_rows
+from genenv_pl.batching import Step, split_rows
 from genenv_pl.config import GRPOConfig, RWRConfig
-from genenv_pl.distributed import full_state_dict, shard_module, sharding
+from genenv_pl.distributed import compute_copy, full_state_dict, shard_module, sharding
 from genenv_pl.losses import GRPOTerms, RWRTerms, group_advantages, grpo_loss, low_var_kl, rwr_loss
 from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base
-from genenv_pl.policy import Policy, causal_logprobs
+from genenv_pl.policy import Policy, causal_logprobs, cast_parameters
 from genenv_pl.update import Updater
 
 
@@ -90,6 +91,9 @@ class GenEnvModule(L.LightningModule):
         self.updater = Updater(self)  # applies each role's loss; keeps several ranks in step
         self._sharded: str | None = None  # "fsdp" / "fsdp2" once the policies are sharded
         self._replicas: dict[str, Policy] = {}  # FSDP: local full copies that generation samples from
+        # The frozen references are rebuilt from the config (they are the starting policies), never saved.
+        self.register_state_dict_post_hook(_drop_references)
+        self.register_load_state_dict_post_hook(_references_not_missing)
 
     # ---- models -------------------------------------------------------------------------
     @property
@@ -102,11 +106,6 @@ class GenEnvModule(L.LightningModule):
         strategy = self.trainer.strategy
         if self.trainer.state.fn == "fit":
             _check_strategy(strategy)
-            for key, cfg in (("grpo", self.grpo), ("rwr", self.rwr)):
-                if cfg.micro_batch_size is not None and self.trainer.world_size > 1:
-                    raise ValueError(f"model.{key}.micro_batch_size: gradient accumulation runs in one process only "
-                                     "(the rules that keep ranks in step count backward passes); with several ranks "
-                                     "each rank's batch is its share already: set it to null")
         if self.shared_base and sharding(strategy):
             raise ValueError("model.shared_base is not supported with FSDP (the two policies would shard one "
                              "model twice): use DDP, or two models (shared_base: false)")
@@ -124,24 +123,31 @@ class GenEnvModule(L.LightningModule):
     def _shard_policies(self, strategy) -> None:
         """FSDP: the agent, the simulator and each reference model are sharded on their own, decoder
         layer by decoder layer. Generation samples from a local replica of each policy (`for_generation`)."""
+        # bf16-mixed: FSDP2 keeps fp32 sharded masters, gathers the decoder layers in bf16 for compute and
+        # reduces gradients in fp32 (`shard_module`); the replicas compute as the shards do (`compute_copy`).
+        compute = self.compute_dtype if self._sharded == "fsdp2" and self.compute_dtype != torch.float32 else None
         for role in ("agent", "simulator"):
             policy = getattr(self, role)
             if policy is not None:
-                self._replicas[role] = Policy(copy.deepcopy(policy.model), policy.tokenizer, policy.use_chat_template)
-                policy.model = shard_module(policy.model, self._sharded, strategy)
+                replica = compute_copy(policy.model, compute) if compute else copy.deepcopy(policy.model)
+                self._replicas[role] = Policy(replica, policy.tokenizer, policy.use_chat_template)
+                policy.model = shard_module(policy.model, self._sharded, strategy, compute)
         for name in ("agent_ref", "sim_ref"):
             if getattr(self, name) is not None:
-                setattr(self, name, shard_module(getattr(self, name), self._sharded, strategy))
+                setattr(self, name, shard_module(getattr(self, name), self._sharded, strategy, compute))
 
     def for_generation(self, role: str) -> Policy:
         """The policy that generation samples from: `agent` / `simulator` itself, or under FSDP a local
         replica loaded with its current full weights. Gathering them is a collective (every rank calls
         this equally often); generation itself then runs without one, as many forward passes as each
-        rank's own prompts need."""
+        rank's own prompts need. The replica lives on the device when the HF backend samples from it, in
+        host memory when it only hands its weights to vLLM's engine (which holds its own copy)."""
         replica = self._replicas.get(role)
         if replica is None:
             return getattr(self, role)
-        replica.model.to(self.device)
+        from genenv_pl.backends.hf import HFBackend
+
+        replica.model.to(self.device if isinstance(self.backend, HFBackend) else "cpu")
         replica.model.load_state_dict(full_state_dict(getattr(self, role).model))
         return replica
 
@@ -157,12 +163,13 @@ class GenEnvModule(L.LightningModule):
             return
         if not self.shared_base:
             self.simulator = build_policy(self.sim_cfg, "simulator", self.env, self.cache_dir)
-        # Frozen references for the KL terms: the starting agent and the initial simulator. A
-        # LoRA policy needs no copy: its reference is the base model with the adapter disabled.
+        # Frozen references for the KL terms: the starting agent and the initial simulator, kept in the
+        # compute dtype (a frozen model needs no fp32 master). A LoRA policy needs no copy: its
+        # reference is the base model with the adapter disabled.
         if self.grpo.kl_coef > 0 and not self.agent.is_lora:
-            self.agent_ref = _frozen_copy(self.agent.model)
+            self.agent_ref = _frozen_copy(self.agent.model, self.compute_dtype)
         if self.rwr.kl_coef > 0 and not self.simulator.is_lora:
-            self.sim_ref = _frozen_copy(self.simulator.model)
+            self.sim_ref = _frozen_copy(self.simulator.model, self.compute_dtype)
         rank_zero_info(f"[genenv] agent: {self.agent.num_parameters():,} params "
                        f"({self.agent.num_parameters(True):,} trainable); simulator: "
                        f"{self.simulator.num_parameters():,} ({self.simulator.num_parameters(True):,} trainable)")
@@ -172,10 +179,66 @@ class GenEnvModule(L.LightningModule):
         if self.simulator is None:  # evaluation: only the agent was built, load only its weights
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("agent.")}
 
+    # ---- precision -----------------------------------------------------------------------
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype forward passes compute in under the trainer's precision (bf16 for bf16-mixed and
+        bf16-true); references and FSDP replicas are kept in it."""
+        precision = str(getattr(self._trainer, "precision", "32-true")) if self._trainer is not None else "32-true"
+        return torch.bfloat16 if precision.startswith("bf16") else torch.float16 if precision.startswith("16") else torch.float32
+
+    def autocast(self):
+        """The precision plugin's autocast (bf16-mixed, 16-mixed) for the forward passes Lightning does
+        not wrap itself: generation and old log-probs in `train_dataloader`, the start-of-training
+        evaluation. Other plugins: no context (their weights are in their compute dtype already)."""
+        from lightning.pytorch.plugins.precision import MixedPrecision
+
+        plugin = self.trainer.precision_plugin
+        return plugin.autocast_context_manager() if isinstance(plugin, MixedPrecision) else contextlib.nullcontext()
+
+    def uses_recomputed_old_logp(self) -> bool:
+        """`grpo.old_logp` resolved: "auto" recomputes unless training runs in fp32 with the HF backend."""
+        if self.grpo.old_logp != "auto":
+            return self.grpo.old_logp == "recompute"
+        from genenv_pl.backends.hf import HFBackend
+
+        return not (self.compute_dtype == torch.float32 and isinstance(self.backend, HFBackend))
+
+    @torch.no_grad()
+    def old_logprobs(self, batches: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
+        """The old log-probs of the epoch's packed agent batches as the training step will compute them
+        (verl's compute_log_prob): the agent before any update of the epoch, in the training precision,
+        micro-batch by micro-batch. The data module calls this before the epoch's first update when
+        `grpo.old_logp` resolves to "recompute". FSDP: the agent's local replica (no collective), brought
+        to the device for the purpose if it waits in host memory (vLLM, which is asleep by now)."""
+        policy = self._replicas.get("agent", self.agent)
+        home = next(policy.model.parameters()).device
+        policy.model.to(self.device)
+        try:
+            with self.autocast():
+                return [self._old_logprobs(policy, b) for b in batches]
+        finally:
+            policy.model.to(home)
+
+    def _old_logprobs(self, policy: Policy, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)
+        row = 0
+        for mb in split_rows(batch, self.grpo.micro_batch_size):
+            mb = {k: v.to(self.device) for k, v in mb.items()}
+            n, width = mb["input_ids"].shape
+            logp, _ = policy.token_logprobs(mb["input_ids"], mb["attention_mask"], float(mb["temperature"]),
+                                            response_mask=mb["response_mask"], share_prompts=self._share_prompts)
+            out[row : row + n, :width] = (logp.float() * mb["response_mask"]).cpu()
+            row += n
+        return out
+
     def configure_optimizers(self):
         def make(fn, policy: Policy, lr: float):
             params = policy.trainable_parameters()
             return fn(params) if fn is not None else torch.optim.AdamW(params, lr=lr)
+
+        for role, key in ((self.agent, "agent"), (self.simulator, "simulator")):
+            _require_fp32_masters(role, key, str(self.trainer.precision))
 
         opts = [make(self._agent_opt_fn, self.agent, 1e-6), make(self._sim_opt_fn, self.simulator, 5e-7)]
         scheds = [torch.optim.lr_scheduler.LambdaLR(o, _linear_warmup(w))
@@ -183,7 +246,7 @@ class GenEnvModule(L.LightningModule):
         return opts, scheds
 
     # ---- training -----------------------------------------------------------------------
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def training_step(self, batch: Step, batch_idx: int) -> None:
         """One GRPO step of the agent and one RWR step of the simulator, each on its part of the batch
         (either may be None). `Updater.run` also keeps several ranks in step (`genenv_pl/update.py`)."""
         self.updater.run("agent", batch["agent"], self._agent_step)
@@ -198,8 +261,9 @@ class GenEnvModule(L.LightningModule):
         """GRPO: the clipped surrogate on the batch's advantages, the KL to the starting agent and an
         entropy bonus, on response tokens; log-probs at the temperature the rollouts were sampled at.
         One optimizer step over the batch, in micro-batches of `grpo.micro_batch_size` rollouts."""
-        micro = split_rows(b, self.grpo.micro_batch_size)
-        n_tokens = float(b["response_mask"].sum()) if len(micro) > 1 else None  # (the step's: terms add up)
+        micro = self.updater.micro_batches("agent", b)
+        # the step's own token count, so that the micro-batches' terms add up (a blank batch has none)
+        n_tokens = max(float(b["response_mask"].sum()), 1.0) if len(micro) > 1 else None
         terms: list[GRPOTerms] = []
 
         def losses():
@@ -227,8 +291,9 @@ class GenEnvModule(L.LightningModule):
         """Reward-weighted regression: the simulator's generations, weighted by their R_env (mean-1
         weights), plus the KL to the initial simulator. One optimizer step over the batch, in
         micro-batches of `rwr.micro_batch_size` samples; a step past `rwr.kl_cap` is undone (`Updater`)."""
-        micro = split_rows(b, self.rwr.micro_batch_size)
-        n_rows, n_tokens = (int(b["input_ids"].shape[0]), float(b["response_mask"].sum())) if len(micro) > 1 else (None, None)
+        micro = self.updater.micro_batches("sim", b)
+        n_rows, n_tokens = (int(b["input_ids"].shape[0]), max(float(b["response_mask"].sum()), 1.0)) if len(micro) > 1 \
+            else (None, None)
         terms: list[RWRTerms] = []
         before: list[torch.Tensor] = []  # each micro-batch's log-probs before the step, for the KL cap
 
@@ -293,12 +358,13 @@ class GenEnvModule(L.LightningModule):
         cfg = self.trainer.datamodule.cfg
         agent = self.for_generation("agent")
         prompts = [agent.render(self.env.agent_prompt(t)) for t in tasks]
-        gens = self.backend.generate(agent, prompts, SamplingParams(max_new_tokens=cfg.eval_max_new_tokens, greedy=True))
+        gens = self.backend.generate(agent, prompts, SamplingParams(max_new_tokens=cfg.eval_max_new_tokens, greedy=True,
+                                                                    logprobs=False))
         rows = [{"id": task.id, "group": task.group, "response": g[0].text, **self._score(task, g[0].text)}
                 for task, g in zip(tasks, gens)]
         if cfg.eval_samples > 0:
             params = SamplingParams(max_new_tokens=cfg.eval_max_new_tokens, temperature=cfg.agent_sampling.temperature,
-                                    top_p=cfg.agent_sampling.top_p, n=cfg.eval_samples)
+                                    top_p=cfg.agent_sampling.top_p, n=cfg.eval_samples, logprobs=False)
             for task, row, g in zip(tasks, rows, self.backend.generate(agent, prompts, params)):
                 row["sampled_accuracy"] = sum(self._score(task, s.text)["accuracy"] for s in g) / len(g)
         return rows
@@ -323,7 +389,8 @@ class GenEnvModule(L.LightningModule):
             return
         # In the validation loop's batches (eval_batch_size, similar lengths together): the backend's own
         # chunks are far larger, and 239 BFCL prompts in one call allocated a 12 GB static KV cache.
-        rows = [r for batch in self.trainer.datamodule.val_dataloader() for r in self.evaluate_tasks(batch)]
+        with self.autocast():  # as the validation loop computes
+            rows = [r for batch in self.trainer.datamodule.val_dataloader() for r in self.evaluate_tasks(batch)]
         if not rows:
             return
         metrics = {name: value for name, (value, _) in _eval_metrics(rows, "val").items()}
@@ -365,7 +432,7 @@ class GenEnvModule(L.LightningModule):
 
     def _act(self, conversations: list[list[dict[str, str]]]) -> list[str]:
         """The agent as an interactive player: greedy text for one turn of each conversation."""
-        params = SamplingParams(max_new_tokens=self.trainer.datamodule.cfg.eval_max_new_tokens, greedy=True)
+        params = SamplingParams(max_new_tokens=self.trainer.datamodule.cfg.eval_max_new_tokens, greedy=True, logprobs=False)
         agent = self._replicas.get("agent", self.agent)  # FSDP: the replica test_step loaded (no collective per turn)
         return [g[0].text for g in self.backend.generate(agent, [agent.render(m) for m in conversations], params)]
 
@@ -416,11 +483,45 @@ def _summed(terms: list):
                                             for f in dataclasses.fields(terms[0])})
 
 
-def _frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
-    ref = copy.deepcopy(model)
+def _frozen_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """The frozen reference: its decoder layers in the compute dtype (a frozen model needs no fp32
+    master), its embeddings, final norm and head as the policy's, so that it computes as the policy
+    does (`compute_copy`; an all-bf16 copy would carry its residual stream in bf16)."""
+    ref = compute_copy(model, dtype) if dtype != torch.float32 else copy.deepcopy(model)
     ref.requires_grad_(False)
     ref.eval()
     return ref
+
+
+_REFERENCES = ("agent_ref.", "sim_ref.")
+
+
+def _drop_references(module, state_dict, prefix, local_metadata) -> None:
+    """state_dict post-hook: the frozen reference policies are not saved (a checkpoint holds what
+    training changed; restoring rebuilds the references from the config, as the first start did)."""
+    for key in [k for k in state_dict if k.startswith(tuple(prefix + r for r in _REFERENCES))]:
+        del state_dict[key]
+
+
+def _references_not_missing(module, incompatible_keys) -> None:
+    """load_state_dict post-hook: a checkpoint without reference weights loads strictly."""
+    missing = incompatible_keys.missing_keys
+    missing[:] = [k for k in missing if not any(r in k for r in _REFERENCES)]
+
+
+def _require_fp32_masters(policy: Policy | None, role: str, precision: str) -> None:
+    """Refuse training weights held in a 16-bit dtype. An AdamW step moves each weight by about lr, which
+    is less than half a bf16 ulp (|w| / 2^8 to |w| / 2^9) for |w| above about 500 lr, 5e-4 at lr 1e-6: the
+    update rounds away (one step at lr 1e-6 moved 2% of a 1024 x 1024 bf16 matrix with std 0.02).
+    Trainable weights must be fp32 masters."""
+    if policy is None:
+        return
+    low = sorted({str(p.dtype).removeprefix("torch.") for p in policy.trainable_parameters() if p.dtype != torch.float32})
+    if low:
+        raise ValueError(f"model.{role}.dtype: the {role}'s trainable weights are {', '.join(low)} (trainer.precision "
+                         f"{precision}), so optimizer steps of size lr round away (no fp32 master weights). Use "
+                         f"model.{role}.dtype float32 with trainer.precision bf16-mixed (bf16 compute, fp32 masters), "
+                         f"or LoRA (model.{role}.lora.r > 0) over a frozen {low[0]} base, whose adapters are fp32")
 
 
 def _summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -164,6 +164,15 @@ class Policy(nn.Module):
         return sum(p.numel() for p in self.model.parameters())
 
 
+def cast_parameters(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """The model's parameters in `dtype`, its buffers as they are (in place; returns the model). Unlike
+    `model.to(dtype)`, which also rounds the rotary embedding's fp32 `inv_freq` to bf16 and with it every
+    position's angle, as FSDP2's MixedPrecisionPolicy and `from_pretrained(dtype=...)` do."""
+    for p in model.parameters():
+        p.data = p.data.to(dtype)
+    return model
+
+
 def shared_base_policies(model: nn.Module, tokenizer: Any, agent_lora: LoraSettings, simulator_lora: LoraSettings,
                          use_chat_template: bool | None = None) -> tuple[Policy, Policy]:
     """The agent and the simulator as two LoRA adapters ("agent", "simulator") on one frozen base

@@ -3,7 +3,7 @@
 `GenEnvModule`'s agent and simulator steps build a loss and hand it to `Updater.apply`; the training
 step runs each role through `Updater.run`. In one process this is Lightning's manual-optimization
 recipe (`manual_backward`, clip, `step`, scheduler), with gradient accumulation over micro-batches
-(`grpo.micro_batch_size`, `rwr.micro_batch_size`; one process only) and three guards:
+(`grpo.micro_batch_size`, `rwr.micro_batch_size`) and three guards:
 
 - a non-finite loss, or a finite loss that back-propagates a non-finite gradient, skips the step
   (counted in `train/nonfinite_skipped`);
@@ -16,13 +16,14 @@ Several ranks (DDP, FSDP) hold equal weights only if they take the same steps, s
 
 1. Every rank comes to `apply` once per role and training step, with or without a batch: a rank
    without one joins the others at the end of `run` with loss None.
-2. If any rank has a finite loss, all ranks step together; otherwise none does. The losses are
-   rescaled so that the gradient is the mean over the ranks that contributed.
-3. DDP: a rank that contributes nothing back-propagates a zero through the policy's parameters, which
-   keeps it in the same gradient all-reduce.
-4. FSDP: every forward pass gathers parameters from all ranks, so all ranks run the same forward
-   passes. A rank without a batch runs a blank one whose loss counts zero (`run`); a non-finite loss
-   on any rank skips the step on all of them.
+2. Every rank runs the same number of backward passes (each is a gradient all-reduce or
+   reduce-scatter): the most micro-batches any rank has this step (`run` agrees on it). A rank with
+   fewer pads its list with blank micro-batches, whose loss is exactly zero (`micro_batches`).
+3. The losses are rescaled so that the gradient is the mean over the ranks that have a batch. A
+   non-finite loss on any rank, in any pass, skips the step on all of them.
+4. DDP: a rank without a batch back-propagates a zero through the policy's parameters, which keeps it
+   in the same gradient all-reduce. FSDP: every forward pass gathers parameters from all ranks, so all
+   ranks run the same forward passes: a rank without a batch runs blank ones (`run`).
 5. A non-finite gradient on any rank, and the KL-cap decision, are all-reduced: every rank skips or
    undoes the same steps (the KL's sums and token counts over all ranks' batches; a rank that added no
    loss adds no tokens).
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
-from genenv_pl.batching import pack
+from genenv_pl.batching import pack, split_rows
 from genenv_pl.distributed import RankSync
 
 if TYPE_CHECKING:
@@ -51,16 +52,28 @@ class Updater:
         self.module = module
         self._joined: set[str] = set()  # roles that reached `apply` in this training step
         self._blank: set[str] = set()  # FSDP: roles that run a blank batch on this rank in this step
+        self._passes: dict[str, int] = {}  # several ranks: backward passes every rank runs for a role this step
 
     def run(self, role: str, batch: Batch | None, step: Callable[[Batch], None]) -> None:
         """One role's part of a training step: `step(batch)` builds the loss and calls `apply`."""
         self._joined.discard(role)
         self._blank.discard(role)
+        self._passes.pop(role, None)
+        if self._sync.distributed:  # rule 2: the passes every rank runs (a collective: every rank, every step)
+            own = len(split_rows(batch, self._micro_size(role))) if batch is not None else 0
+            self._passes[role] = int(self._sync.max(own))
         batch = self._lockstep(role, batch)
         if batch is not None:
             step(batch)
         if role not in self._joined and self._sync.distributed:  # rule 1: join the ranks that stepped
             self.apply(role, None)
+
+    def micro_batches(self, role: str, batch: Batch) -> list[Batch]:
+        """`batch` in micro-batches of the role's `micro_batch_size` rows (`split_rows`); with several
+        ranks, padded with blank ones to the number of passes every rank runs (rule 2)."""
+        micro = split_rows(batch, self._micro_size(role))
+        missing = self._passes.get(role, len(micro)) - len(micro)
+        return micro + [self._blank_batch(role) for _ in range(missing)]
 
     def apply(self, role: str, losses: Iterable[torch.Tensor] | None,
               kl_of_update: Callable[[], tuple[float, float]] | None = None) -> bool:
@@ -70,39 +83,33 @@ class Updater:
         per-token KL, number of tokens). Returns whether this rank's own loss was applied (the caller
         logs its terms only then)."""
         m, sync = self.module, self._sync
-        if losses is None:
-            loss = None
-        elif not sync.distributed:
-            return self._accumulate(role, losses, kl_of_update)
-        else:  # several ranks: one pass per step (the rules below count backward passes)
-            losses = list(losses)
-            if len(losses) != 1:  # (configure_model refuses micro_batch_size with several ranks)
-                raise RuntimeError(f"{role}: {len(losses)} micro-batches in one step with several ranks")
-            loss = losses[0]
+        if not sync.distributed:
+            return self._accumulate(role, losses, kl_of_update) if losses is not None else False
+        self._joined.add(role)
         opt, policy = m.optimizers()[ROLES[role]], self._policy(role)
-        finite = loss is not None and bool(torch.isfinite(loss))
-        if loss is not None and not finite:
-            self._skip_nonfinite(role)
-        own = finite and role not in self._blank
-        if sync.distributed:
-            self._joined.add(role)
-            if m._sharded:  # rule 4: all ranks ran this role's forward passes; all go backward, or none
-                if sync.sum(float(loss is not None and not finite)):
-                    return False
-                contributing = sync.sum(float(own))
-                if contributing == 0:
-                    return False
-                loss = loss * (sync.world / contributing) if own else loss * 0.0
-            else:  # rules 2 and 3
-                contributing = sync.sum(float(finite))
-                if contributing == 0:
-                    return False
-                loss = loss * (sync.world / contributing) if finite else _zero_through(policy)
-        elif not finite:
+        own = losses is not None and role not in self._blank
+        contributing = sync.sum(float(own))  # rule 3
+        if contributing == 0:
             return False
+        scale = sync.world / contributing
         opt.zero_grad(set_to_none=True)
-        m.manual_backward(loss)
+        passes = iter(losses) if losses is not None else None
+        for _ in range(self._passes.get(role, 1)):
+            loss = next(passes) if passes is not None else None  # (the micro-batch's forward pass runs here)
+            finite = loss is None or bool(torch.isfinite(loss))
+            if sync.sum(float(not finite)):  # rule 3: one non-finite loss anywhere skips the step everywhere
+                opt.zero_grad(set_to_none=True)
+                if not finite:
+                    self._skip_nonfinite(role)
+                return False
+            if loss is None:  # rule 4 (DDP, no batch)
+                loss = _zero_through(policy)
+            m.manual_backward(loss * scale if own else loss * 0.0)
         return self._step(role, own, kl_of_update)
+
+    def _micro_size(self, role: str) -> int | None:
+        m = self.module
+        return m.grpo.micro_batch_size if role == "agent" else m.rwr.micro_batch_size
 
     def _accumulate(self, role: str, losses: Iterable[torch.Tensor], kl_of_update) -> bool:
         """One process: back-propagate each micro-batch's loss as it comes, then one step. A non-finite
@@ -159,16 +166,19 @@ class Updater:
     def _lockstep(self, role: str, batch: Batch | None) -> Batch | None:
         """Rule 4: under FSDP, if any rank has a batch for `role` in this step, a rank without one runs
         a blank batch. DDP and one process: the batch as it is."""
-        sync = self._sync
-        if not (self.module._sharded and sync.distributed):
-            return batch
-        if not sync.sum(float(batch is not None)) or batch is not None:  # (the sum is a collective: every rank runs it)
+        if batch is not None or not self.module._sharded or not self._passes.get(role):
             return batch
         self._blank.add(role)
+        return self._blank_batch(role)
+
+    def _blank_batch(self, role: str) -> Batch:
+        """One row of one padding token that scores nothing (response mask 0): its loss is exactly zero,
+        yet its forward and backward passes take part in the ranks' collectives."""
         policy = self._policy(role)
         blank = pack([[policy.pad_id]], [[policy.pad_id]], policy.pad_id, [[0.0]])
-        blank["advantages" if role == "agent" else "weights"] = torch.zeros(1)
-        blank["temperature"] = torch.tensor(1.0)  # (its loss counts zero)
+        blank["response_mask"].zero_()
+        blank["advantages" if role == "agent" else "weights"] = torch.zeros(1, dtype=torch.float32)
+        blank["temperature"] = torch.tensor(1.0, dtype=torch.float32)
         return {k: v.to(self.module.device) for k, v in blank.items()}
 
     def _grads_finite(self, policy: "Policy") -> bool:
@@ -184,6 +194,7 @@ class Updater:
         """Whether the simulator step just taken went past `rwr.kl_cap` (rule 5 for several ranks).
         FSDP: every rank runs the measuring forward pass, blank batch or not (it gathers parameters)."""
         kl_sum, n = kl_of_update() if kl_of_update is not None else (0.0, 0.0)
+        _reshard(self._policy("sim").model)
         if not own:
             kl_sum, n = 0.0, 0.0
         sync = self._sync
@@ -199,6 +210,18 @@ class Updater:
         rank_zero_info(f"[genenv] non-finite {role} {what} at epoch {m.current_epoch}: update skipped")
         m.log("train/nonfinite_skipped", float(m.counters["nonfinite_skipped"]), on_step=False, on_epoch=True,
               reduce_fx="max", batch_size=1)
+
+
+def _reshard(model: torch.nn.Module) -> None:
+    """FSDP2: free the parameters a no-grad forward pass left gathered. FSDP2 keeps the root module's
+    gathered parameters after a forward pass (its backward would gather them again); after the KL cap's
+    measuring pass there is no backward, and if the step is then undone those gathered copies would be
+    the undone step's weights in the next forward pass."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.reshard()
 
 
 def _zero_through(policy: "Policy") -> torch.Tensor:

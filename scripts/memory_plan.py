@@ -270,6 +270,7 @@ class Plan:
     overhead: float = 0.0
     notes: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
+    sampler_logprobs: bool = True  # generation keeps every step's logits for the sampled tokens' log-probs
 
     @property
     def static_total(self) -> float:
@@ -358,9 +359,12 @@ def build_plan(cfg: dict, gpus: int, gpu_gb: float = 80.0, seq_len: int | None =
     if "rwr" in (_get(cfg, "model", {}) or {}) and "kl_cap" in (_get(cfg, "model.rwr", {}) or {}):
         kl_cap = cfg["model"]["rwr"]["kl_cap"]  # an explicit null turns the cap off
     notes: list[str] = []
-    if gpus > 1 and (agent_mb or sim_mb):
-        notes.append("model.grpo/rwr.micro_batch_size with several ranks: module.py refuses it at present "
-                     "(gradient accumulation runs in one process only)")
+    # grpo.old_logp (module.uses_recomputed_old_logp): "auto" recomputes old log-probs by a training-precision
+    # forward pass unless training runs in fp32 with the HF backend; then the sampler needs no log-probs
+    old_logp = str(_get(cfg, "model.grpo.old_logp", "auto"))
+    if old_logp not in ("auto", "recompute", "rollout"):
+        raise PlanError(f"model.grpo.old_logp: {old_logp!r} (auto, recompute or rollout)")
+    sampler_logprobs = old_logp == "rollout" or (old_logp == "auto" and precision == "32-true" and backend == "hf")
 
     roles = []
     for role, new, rows, rows_src, kl, opt_key, gen_n, gen_total in (
@@ -395,7 +399,7 @@ def build_plan(cfg: dict, gpus: int, gpu_gb: float = 80.0, seq_len: int | None =
             raise PlanError("model.shared_base: the agent and the simulator must name the same base model and dtype")
 
     device_gb = float(gpu_gb)
-    plan = Plan(gpus, device_gb, device, kind, precision, S, src, roles, notes=notes)
+    plan = Plan(gpus, device_gb, device, kind, precision, S, src, roles, notes=notes, sampler_logprobs=sampler_logprobs)
     plan.overhead = (CPU_OVERHEAD_GB if device == "cpu" else GPU_OVERHEAD_GB) * GB
     _static(plan, shared_base, shard, kl_cap, backend, bargs)
     _training(plan, shard, kl_cap)
@@ -554,7 +558,7 @@ def _generation(plan: Plan, backend: str, bargs: dict, shared_base: bool, shard:
         lines = {
             f"KV cache ({rows} rows x {S} tokens)": 2 * arch.layers * arch.kv_dim * gb * rows * S,
             f"sampled logits kept by generate ({rows} x {role.response} x {arch.vocab}, fp32)":
-                rows * role.response * arch.vocab * 4,
+                rows * role.response * arch.vocab * 4 if plan.sampler_logprobs else 0.0,
             f"prefill of {prompts} prompts, one layer (transient)":
                 prompts * prompt * (3 * arch.intermediate + 6 * arch.hidden) * gb + prompts * prompt * prompt,
         }

@@ -103,3 +103,71 @@ class FailRollouts(L.Callback):
             raise RuntimeError(f"{self.message} on rank {trainer.global_rank}")
 
         datamodule.rollout = rollout
+
+
+class PrecisionProbe(L.Callback):
+    """The first training step of a rank under a precision setting (tests/test_precision_fsdp2.py).
+
+    Writes `<out_dir>/rank<r>.json` (the dtypes of the batch's floating tensors as `training_step` gets
+    them, and the largest |ratio - 1| over the response tokens of the first agent loss) and, on rank 0,
+    `<out_dir>/update.pt` (each role's update of its trainable weights, gathered whole). Saves each
+    rank's first batch to `<out_dir>/step_rank<r>.pt`, or with `replay` trains on the batch saved
+    there instead of its own. Stops training after that step."""
+
+    def __init__(self, out_dir: str, replay: str | None = None):
+        super().__init__()
+        self.out_dir, self.replay = out_dir, replay
+        self.ratio: list[float] = []
+
+    def setup(self, trainer, pl_module, stage):
+        import torch
+
+        import genenv_pl.module as module_py
+
+        real = module_py.grpo_loss
+
+        def observed(logp, logp_old, logp_ref, entropy, advantages, mask, *args, **kwargs):
+            if not self.ratio and bool(mask.any()):
+                self.ratio.append(float((torch.exp(logp.detach() - logp_old)[mask.bool()] - 1).abs().max()))
+            return real(logp, logp_old, logp_ref, entropy, advantages, mask, *args, **kwargs)
+
+        module_py.grpo_loss = observed
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        import torch
+
+        if batch_idx:
+            return
+        os.makedirs(self.out_dir, exist_ok=True)
+        rank = trainer.global_rank
+        if self.replay:
+            saved = torch.load(os.path.join(self.replay, f"step_rank{rank}.pt"))
+            batch["agent"], batch["sim"] = saved["agent"], saved["sim"]
+        else:
+            torch.save({"agent": batch["agent"], "sim": batch["sim"]}, os.path.join(self.out_dir, f"step_rank{rank}.pt"))
+        self.dtypes = {role: {k: str(v.dtype) for k, v in batch[role].items()} for role in ("agent", "sim")
+                       if batch[role] is not None}
+        self.before = _trainable(pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        import torch
+
+        if batch_idx:
+            return
+        after = _trainable(pl_module)
+        if trainer.global_rank == 0:
+            torch.save({role: torch.cat([(a - b).flatten() for a, b in zip(after[role], self.before[role])])
+                        for role in after}, os.path.join(self.out_dir, "update.pt"))
+        with open(os.path.join(self.out_dir, f"rank{trainer.global_rank}.json"), "w") as f:
+            json.dump({"dtypes": self.dtypes, "ratio_dev": self.ratio[0] if self.ratio else None}, f)
+        trainer.should_stop = True
+
+
+def _trainable(module) -> dict:
+    """Each role's trainable weights, whole (FSDP2: gathered from the shards, a collective), in fp32: the
+    optimizer's parameters (FSDP2 may show the module's gathered bf16 copies between passes)."""
+    from torch.distributed.tensor import DTensor
+
+    return {role: [(p.full_tensor() if isinstance(p, DTensor) else p).detach().float().clone()
+                   for g in opt.param_groups for p in g["params"]]
+            for role, opt in zip(("agent", "simulator"), module.optimizers())}

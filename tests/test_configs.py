@@ -1,6 +1,8 @@
 """Every benchmark config, alone and with the 8-GPU overlay, parses with LightningCLI and carries the
 paper's settings (GenEnv section 5: bf16, lr 1e-6 / 5e-7, 64 tasks per agent update, G = 8, K = 4,
-10 epochs, 9,000-token sequences; FSDP + vLLM on 8 GPUs). Parsing needs no GPU."""
+10 epochs, 9,000-token sequences; FSDP + vLLM on 8 GPUs). Alone a config is the one-GPU recipe: LoRA
+on one shared bf16 base at 10x the paper's (full fine-tuning) learning rates; the overlay is the paper's
+full fine-tuning. Both compute in bf16 with fp32 master weights (bf16-mixed). Parsing needs no GPU."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,9 +44,11 @@ def _algorithm(cfg: dict, ranks: int = 1) -> dict:
 def test_paper_settings_single_gpu(capsys, bench):
     cfg = _resolved(capsys, f"configs/{bench}.yaml")
     t, m = cfg["trainer"], cfg["model"]
-    assert (t["accelerator"], t["precision"]) == ("gpu", "bf16-true")
+    assert (t["accelerator"], t["precision"]) == ("gpu", "bf16-mixed")
     assert m["agent"]["model"] == m["simulator"]["model"] == "Qwen/Qwen2.5-7B-Instruct"
-    assert _algorithm(cfg) == PAPER
+    assert m["shared_base"] and m["agent"]["lora"]["r"] == m["simulator"]["lora"]["r"] == 64
+    assert m["agent"]["dtype"] == "bfloat16"  # the frozen base; the adapters are fp32
+    assert _algorithm(cfg) == {**PAPER, "lr_agent": 1e-5, "lr_simulator": 5e-6}  # LoRA: 10x
 
 
 @pytest.mark.parametrize("bench", BENCHMARKS)
@@ -53,7 +57,9 @@ def test_paper_scale_out_overlay(capsys, bench):
     t, m, c = cfg["trainer"], cfg["model"], cfg["data"]["coevo"]
     assert t["strategy"]["class_path"] == "lightning.pytorch.strategies.ModelParallelStrategy"
     assert t["strategy"]["init_args"]["data_parallel_size"] == t["devices"] == 8
-    assert t["precision"] == "bf16-true" and t["max_epochs"] == 10
+    assert t["precision"] == "bf16-mixed" and t["max_epochs"] == 10
+    assert not m["shared_base"] and m["agent"]["lora"]["r"] == m["simulator"]["lora"]["r"] == 0  # full fine-tuning
+    assert m["agent"]["dtype"] == m["simulator"]["dtype"] == "float32"  # the sharded masters
     assert m["backend"] == "vllm" and m["backend_args"]["max_model_len"] == c["max_seq_len"] == 9000
     assert _algorithm(cfg, ranks=t["devices"]) == PAPER  # per-rank batches: the paper's 64 tasks per update
 

@@ -227,10 +227,31 @@ def test_plain_ddp_is_refused_with_the_strategy_to_use():
     _check_strategy(DDPStrategy(find_unused_parameters=True))
 
 
-def test_micro_batches_with_several_ranks_are_refused_naming_the_key(tmp_path, cache):
-    """Each rank's batch is its share already, and the rules that keep ranks in step count backward
-    passes: gradient accumulation is one-process only, refused before any model is built."""
-    rc, out, _ = _run(tmp_path, cache, 1, [], *DDP, "--model.rwr.micro_batch_size", "2", timeout=300)
-    assert rc != 0, out[-6000:]
-    assert "model.rwr.micro_batch_size: gradient accumulation runs in one process only" in out, out[-6000:]
-    assert not (tmp_path / "ckpt" / "last.ckpt").exists()
+@pytest.mark.parametrize("strategy", [DDP, FSDP2], ids=["ddp", "fsdp2"])
+def test_micro_batches_on_several_ranks_take_the_one_pass_step(tmp_path, cache, strategy):
+    """Gradient accumulation with several ranks: each rank splits its own batch, every rank runs as many
+    passes as the rank with the most micro-batches (the others pad with blank ones), and the step is the
+    one of one pass per rank. The same first batches (replayed) with and without micro-batches, plain
+    SGD at lr 1 and no clipping, so that the update is the gradient itself."""
+    sgd = ["--model.agent_optimizer.class_path", "torch.optim.SGD", "--model.agent_optimizer.init_args.lr", "1.0",
+           "--model.simulator_optimizer.class_path", "torch.optim.SGD", "--model.simulator_optimizer.init_args.lr", "1.0",
+           "--model.grpo.grad_clip", "1e9", "--model.rwr.grad_clip", "1e9", "--model.rwr.kl_cap", "null",
+           "--model.grpo.warmup_updates", "0", "--data.coevo.drop_zero_std_groups", "false",
+           "--data.coevo.seeds_per_epoch", "3", *strategy]
+    updates = []
+    for micro, replay in ((None, None), (2, tmp_path / "null" / "probe")):
+        tmp = tmp_path / ("null" if micro is None else "micro")
+        tmp.mkdir()
+        probe = {"class_path": "ddp_helpers.PrecisionProbe",
+                 "init_args": {"out_dir": str(tmp / "probe"), **({"replay": str(replay)} if replay else {})}}
+        extra = ["--model.grpo.micro_batch_size", str(micro), "--model.rwr.micro_batch_size", str(micro)] if micro else []
+        rc, out, _ = _run(tmp, cache, 1, [probe], *sgd, *extra, timeout=420)
+        assert rc == 0, out[-6000:]
+        updates.append(torch.load(tmp / "probe" / "update.pt"))
+    steps = [torch.load(tmp_path / "null" / "probe" / f"step_rank{r}.pt") for r in (0, 1)]
+    rows = [s["agent"]["input_ids"].shape[0] for s in steps]
+    assert max(rows) > 2 and rows[0] != rows[1], rows  # several passes, and not as many on both ranks
+    for role in ("agent", "simulator"):
+        one_pass, accumulated = updates[0][role], updates[1][role]
+        assert one_pass.abs().max() > 0, role
+        assert torch.allclose(accumulated, one_pass, rtol=1e-3, atol=1e-5 * float(one_pass.abs().max())), role

@@ -181,6 +181,27 @@ def test_command_line_on_shipped_configs(args):
     assert "assumptions:" in r.stdout
 
 
+@pytest.mark.parametrize("bench", ["alfworld", "api_bank", "bamboogle", "bfcl", "travelplanner"])
+@pytest.mark.parametrize("gpus", [1, 8])
+def test_every_gpu_config_fits_its_stated_hardware(bench, gpus):
+    """Each benchmark config fits one 80 GB GPU, and with the 8-GPU overlay 8 of them, with 10% headroom."""
+    overlay = ["--config", "configs/gpu/paper_8gpu.yaml"] if gpus == 8 else []
+    r = _run("--config", f"configs/{bench}.yaml", *overlay, "--gpus", str(gpus))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1].endswith("of 80 GB (config fits)"), r.stdout[-2000:]
+
+
+def test_sampler_logits_count_only_where_the_sampler_log_probs_are_read():
+    """bf16 training recomputes the old log-probs (grpo.old_logp auto), so generation keeps no logits;
+    fp32 training with the HF backend reads the sampler's log-probs, whose logits `generate` keeps."""
+    def logits(plan):
+        return sum(v for lines in plan.generation.values() for k, v in lines.items() if k.startswith("sampled logits"))
+
+    assert logits(mp.build_plan(cfg(), gpus=1)) == 0
+    assert logits(mp.build_plan(cfg(**{"trainer.precision": "32-true"}), gpus=1)) > 0
+    assert logits(mp.build_plan(cfg(**{"model.grpo.old_logp": "rollout"}), gpus=1)) > 0
+
+
 def test_command_line_bad_input_is_one_line_naming_the_key(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("trainer: {precision: bf16-mixed}\nmodel: {agent: {model: nowhere}}\n")

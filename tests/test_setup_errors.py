@@ -61,6 +61,7 @@ def test_unreachable_hub_names_both_policies(capsys, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: refused at once
     message = _error(capsys, "fit", "--config", str(REPO / "configs/bfcl.yaml"), "--trainer.accelerator", "cpu",
+                     "--model.shared_base", "false",  # two models (with a shared base only the agent's is loaded)
                      "--model.agent.model", "genenv-test/not-a-model")
     assert "model.agent.model 'genenv-test/not-a-model' and model.simulator.model" in message
     assert "the model hub (http://127.0.0.1:9) cannot be reached" in message

@@ -25,6 +25,10 @@ class SamplingParams:
     """Argmax decoding; ignores temperature and top_p."""
     min_new_tokens: int = 0
     """EOS masked before this many tokens (0: off; benchmarks use it for fixed-length rollouts)."""
+    logprobs: bool = True
+    """Return each sampled token's log-prob (else NaN). Set by the trainer, off where nothing reads them
+    (evaluation; rollouts whose old log-probs `grpo.old_logp` recomputes): the HF backend then keeps no
+    logits, which for rows x new tokens x vocabulary run to tens of GB at a 7B model's 152K vocabulary."""
 
 
 @dataclass

@@ -90,7 +90,7 @@ class HFBackend(GenerationBackend):
             top_k=0 if sample else None,
             pad_token_id=pad,
             eos_token_id=eos,
-            output_logits=True,
+            output_logits=params.logprobs,
             return_dict_in_generate=True,
             **cache_args,
         )
@@ -98,8 +98,11 @@ class HFBackend(GenerationBackend):
         temperature = params.temperature if sample else 1.0
         # Raw logits (before top-p), one [rows, V] tensor per step: scored step by step, never
         # stacked into a [rows, steps, V] copy (plus its float, scaled and log-softmax copies).
-        logp = torch.stack([torch.log_softmax(step.float() / temperature, dim=-1).gather(-1, new[:, s, None]).squeeze(-1)
-                            for s, step in enumerate(out.logits)], dim=1)
+        if params.logprobs:
+            logp = torch.stack([torch.log_softmax(step.float() / temperature, dim=-1).gather(-1, new[:, s, None]).squeeze(-1)
+                                for s, step in enumerate(out.logits)], dim=1)
+        else:
+            logp = torch.full(new.shape, float("nan"))
         gens = []
         for r in range(len(ids)):
             toks = new[r].tolist()
@@ -165,6 +168,11 @@ def merged_lora(model, enabled: bool):
 
     layers = [m for m in model.modules() if hasattr(m, "merge") and hasattr(m, "base_layer")] if enabled else []
     if not layers or any(isinstance(p, DTensor) for p in model.parameters()):
+        yield
+        return
+    if any(m.base_layer.weight.dtype != torch.float32 for m in layers):
+        # A bf16 base cannot hold the merged adapter: W + s * B A rounds to W's 8-bit mantissa, which
+        # loses most of an adapter trained at a small lr, so the sampler would lag the trained policy.
         yield
         return
     saved = [(m.base_layer.weight, m.base_layer.weight.detach().clone()) for m in layers]

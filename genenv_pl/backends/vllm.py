@@ -167,7 +167,8 @@ class VLLMBackend(GenerationBackend):
         sp = VSamplingParams(
             n=params.n, max_tokens=params.max_new_tokens, min_tokens=params.min_new_tokens,
             temperature=params.temperature if sample else 0.0,
-            top_p=params.top_p if sample else 1.0, top_k=0, logprobs=0, stop_token_ids=[eos], detokenize=False,
+            top_p=params.top_p if sample else 1.0, top_k=0, logprobs=0 if params.logprobs else None,
+            stop_token_ids=[eos], detokenize=False,
             skip_special_tokens=False)
         outs = engine.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], sp,
                                    lora_request=lora_request, use_tqdm=False)
@@ -179,12 +180,13 @@ class VLLMBackend(GenerationBackend):
                 finished = eos in toks
                 n = toks.index(eos) + 1 if finished else len(toks)
                 resp = toks[:n]
-                logprobs = [float(lp[t].logprob) for t, lp in zip(resp, c.logprobs or [])]
+                logprobs = [float(lp[t].logprob) for t, lp in zip(resp, c.logprobs or [])] if params.logprobs \
+                    else [float("nan")] * len(resp)
                 gens.append(Generation(prompt_ids=list(ids), response_ids=resp,
                                        text=policy.tokenizer.decode(resp, skip_special_tokens=True),
                                        logprobs=logprobs, finished=finished))
             results.append(gens)
-        if sample and params.top_p < 1.0:  # vLLM renormalizes over the nucleus; training does not
+        if sample and params.top_p < 1.0 and params.logprobs:  # vLLM renormalizes over the nucleus; training does not
             _recompute_logprobs(policy, [g for gs in results for g in gs], params.temperature)
         if self.enable_sleep_mode:
             self._sleep(engine)
