@@ -86,8 +86,9 @@ def sync_warm_starts(store: Path) -> None:
             (dst / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
-def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every TensorBoard version of a run, merged by step (a resumed fit writes a new version)."""
+def scalars(log_dir: Path, kept: tuple[str, ...] = KEPT_TAGS) -> dict[str, list[tuple[int, float]]]:
+    """Every TensorBoard version of a run, merged by step (a resumed fit writes a new version); the tags
+    that start with one of `kept`."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     merged: dict[str, dict[int, float]] = {}
@@ -96,7 +97,7 @@ def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
         acc.Reload()
         for tag in acc.Tags()["scalars"]:
             merged.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
-    return {t: sorted(v.items()) for t, v in merged.items() if t.startswith(KEPT_TAGS)}
+    return {t: sorted(v.items()) for t, v in merged.items() if t.startswith(kept)}
 
 
 def run_file(args, stage: str) -> Path:
