@@ -53,7 +53,9 @@ class HFBackend(GenerationBackend):
         rows = [i for i in range(len(prompts)) for _ in range(params.n)]
         results: list[list[Generation]] = [[] for _ in prompts]
         try:
-            with merged_lora(model, self.merge_lora and policy.is_lora):
+            # Not into a bf16 base: W + s * B A rounds to W's 8-bit mantissa, which loses most of an adapter
+            # trained at a small lr, so the sampler would lag the trained policy.
+            with merged_lora(model, self.merge_lora and policy.is_lora and _fp32_base(model)):
                 for start in range(0, len(rows), self.max_batch_size):
                     chunk = rows[start : start + self.max_batch_size]
                     for i, gen in zip(chunk, self._generate_chunk(policy, [prompt_ids[i] for i in chunk], params, device)):
@@ -159,6 +161,12 @@ def _static_cache_pays() -> bool:
     return hasattr(sdpa_attention, "pack_gqa")
 
 
+def _fp32_base(model) -> bool:
+    """Whether every LoRA-adapted layer's base weight is fp32 (exact to merge into and restore)."""
+    return all(m.base_layer.weight.dtype == torch.float32 for m in model.modules()
+               if hasattr(m, "merge") and hasattr(m, "base_layer"))
+
+
 @contextlib.contextmanager
 def merged_lora(model, enabled: bool):
     """The active LoRA adapter merged into its base layers for the duration; the base weights
@@ -168,11 +176,6 @@ def merged_lora(model, enabled: bool):
 
     layers = [m for m in model.modules() if hasattr(m, "merge") and hasattr(m, "base_layer")] if enabled else []
     if not layers or any(isinstance(p, DTensor) for p in model.parameters()):
-        yield
-        return
-    if any(m.base_layer.weight.dtype != torch.float32 for m in layers):
-        # A bf16 base cannot hold the merged adapter: W + s * B A rounds to W's 8-bit mantissa, which
-        # loses most of an adapter trained at a small lr, so the sampler would lag the trained policy.
         yield
         return
     saved = [(m.base_layer.weight, m.base_layer.weight.detach().clone()) for m in layers]
