@@ -28,7 +28,7 @@ from genenv_pl.config import GRPOConfig, RWRConfig
 from genenv_pl.distributed import compute_copy, full_state_dict, shard_module, sharding
 from genenv_pl.losses import GRPOTerms, RWRTerms, group_advantages, grpo_loss, low_var_kl, rwr_loss
 from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base
-from genenv_pl.policy import Policy, causal_logprobs, cast_parameters
+from genenv_pl.policy import Policy, causal_logprobs
 from genenv_pl.update import Updater
 
 

@@ -438,7 +438,10 @@ def _static(plan: Plan, shared_base: bool, shard: int, kl_cap, backend: str, bar
         grads += state_bytes * role.trainable
         optim += state_bytes * role.opt_states * role.trainable
         if full and role.kl:
-            refs += (4 if p == "32-true" else 2) * role.total_params
+            # a frozen copy: decoder layers in the compute dtype, the root (embeddings, head) as the
+            # policy's (module._frozen_copy)
+            root = _root_params(role.arch)
+            refs += (4 if p == "32-true" else 2) * (role.total_params - root) + role.base_bytes * root
     st["weights"] = weights / shard
     st["master weights (fp32)"] = master / shard
     st["gradients"] = grads / shard
@@ -525,11 +528,18 @@ def _training(plan: Plan, shard: int, kl_cap) -> None:
         if autocast and shard == 1:  # autocast keeps a bf16 copy of each trainable weight for the whole training step
             lines["bf16 autocast weight copies (both policies)"] = autocast
         if shard > 1:  # FSDP2 gathers the root (embeddings, head) and about two decoder layers unsharded
-            layer = (arch.params() - arch.vocab * arch.hidden * (1 if arch.tied else 2)) / arch.layers
+            root = _root_params(arch)
+            layer = (arch.params() - root) / arch.layers
             cb = 2 if p.startswith("bf16") else 4
+            # bf16-mixed: the decoder layers are gathered in bf16, the root in its fp32 (distributed.shard_module)
             lines["FSDP all-gather buffers (root + 2 layers, their gradients)"] = (
-                (arch.vocab * arch.hidden * (1 if arch.tied else 2) + 2 * layer) * cb + 2 * layer * 4)
+                root * (role.base_bytes if p == "bf16-mixed" else cb) + 2 * layer * cb + 2 * layer * 4)
         plan.training[f"{role.name} step, peak at {name} (rows {role.rows}, seq {plan.seq_len})"] = lines
+
+
+def _root_params(arch: Arch) -> int:
+    """Parameters outside the decoder layers: embeddings, LM head (untied), final norm."""
+    return arch.vocab * arch.hidden * (1 if arch.tied else 2) + arch.hidden
 
 
 def _generation(plan: Plan, backend: str, bargs: dict, shared_base: bool, shard: int) -> None:

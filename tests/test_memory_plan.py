@@ -59,27 +59,29 @@ def test_lora_parameter_count_is_exact():
     assert a.lora_params(8, ["q_proj"]) == 30 * 8 * (576 + 576)
 
 
-@pytest.mark.parametrize("over, weights, master, grads, optim, refs", [
+@pytest.mark.parametrize("over, weights, master, grads, optim, refs, ref_root", [
     # bytes per parameter of one policy (both policies: twice); optim: of both policies together
-    # full fine-tuning, bf16-mixed: fp32 masters 4 B, fp32 grads 4 B, AdamW 8 B per param; bf16 references 2 B
-    ({}, 0, 4, 4, 16, 2),
+    # full fine-tuning, bf16-mixed: fp32 masters 4 B, fp32 grads 4 B, AdamW 8 B per param; references: decoder
+    # layers in bf16 (2 B), the root (embeddings, head, final norm) as the policy's fp32 (4 B)
+    ({}, 0, 4, 4, 16, 2, 4),
     # 32-true: the weights are the fp32 parameters (no separate masters); references fp32
-    ({"trainer.precision": "32-true"}, 4, 0, 4, 16, 4),
+    ({"trainer.precision": "32-true"}, 4, 0, 4, 16, 4, 4),
     # bf16-true: everything in bf16
-    ({"trainer.precision": "bf16-true"}, 2, 0, 2, 8, 2),
+    ({"trainer.precision": "bf16-true"}, 2, 0, 2, 8, 2, 2),
     # SGD: no state without momentum (agent), one fp32 buffer with it (simulator); no KL: no references
     ({"model.agent_optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1}},
       "model.simulator_optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1, "momentum": 0.9}},
-      "model.grpo.kl_coef": 0.0, "model.rwr.kl_coef": 0.0}, 0, 4, 4, 4, 0),
+      "model.grpo.kl_coef": 0.0, "model.rwr.kl_coef": 0.0}, 0, 4, 4, 4, 0, 0),
 ])
-def test_full_fine_tuning_bytes_per_parameter(over, weights, master, grads, optim, refs):
+def test_full_fine_tuning_bytes_per_parameter(over, weights, master, grads, optim, refs, ref_root):
     P = mp.QWEN25_7B.params()
+    root = mp._root_params(mp.QWEN25_7B)
     st = mp.build_plan(cfg(**over), gpus=1).static
     assert st["weights"] == pytest.approx(2 * weights * P)
     assert st["master weights (fp32)"] == pytest.approx(2 * master * P)
     assert st["gradients"] == pytest.approx(2 * grads * P)
     assert st["optimizer state"] == pytest.approx(optim * P)
-    assert st["reference policies"] == pytest.approx(2 * refs * P)
+    assert st["reference policies"] == pytest.approx(2 * (refs * (P - root) + ref_root * root))
 
 
 @pytest.mark.parametrize("shared, base_copies", [(False, 2), (True, 1)])
