@@ -43,7 +43,7 @@ from real_llm_bfcl import CONFIGS, paired, scalars, sync_warm_starts  # noqa: E4
 SIDES = {
     "fp32": [],
     "bf16": ["--trainer.precision", "bf16-mixed"],
-    "vllm": ["--model.backend", "vllm"],
+    "vllm": ["--model.backend", "vllm", "--model.backend_args", "{}"],  # (the recipe's args are the HF backend's)
 }
 
 

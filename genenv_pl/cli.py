@@ -136,6 +136,18 @@ class GenEnvCLI(LightningCLI):
             run.pop(key, None)
         self.trainer.genenv_config = run
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        except ConfigError as e:  # found while building the models (configure_model): one line, as above
+            self.fail(str(e), e)
+
+    def _evaluating(self) -> None:
+        # `test`/`validate` of a checkpoint: the agent is built without its warm start (GenEnvModule)
+        self.model.evaluating_checkpoint = self.config_init[self.subcommand].get("ckpt_path")
+
+    before_test = before_validate = _evaluating
+
     def before_fit(self) -> None:
         cfg = self.config_init[self.subcommand]
         if cfg.get("ckpt_path"):

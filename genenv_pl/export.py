@@ -27,9 +27,9 @@ import torch
 
 from genenv_pl.backends.hf import merged_lora
 from genenv_pl.envs.base import Environment
-from genenv_pl.models.factory import PolicyConfig, _tiny_tokenizer, resolve_model_path
+from genenv_pl.models.factory import TRAINED_MARKER, PolicyConfig, _tiny_tokenizer, resolve_model_path
 from genenv_pl.models.tiny import build_tiny_model
-from genenv_pl.policy import LoraSettings, Policy, shared_base_policies
+from genenv_pl.policy import LoraSettings, Policy, cast_parameters, shared_base_policies
 
 MANIFEST = "genenv_export.json"
 
@@ -67,6 +67,9 @@ def export_checkpoint(agent_cfg: PolicyConfig, sim_cfg: PolicyConfig, shared_bas
                 _save_hf(policy, os.path.join(out, role), _plain_state_dict(policy.model))
         else:
             policy.save_pretrained(os.path.join(out, role))
+        # marks the folder as a trained policy: `test` evaluates it as it is, never warm-starts it again
+        with open(os.path.join(out, role, TRAINED_MARKER), "w", encoding="utf-8") as f:
+            json.dump({"role": role, "checkpoint": ckpt_path, "epoch": ckpt.get("epoch")}, f, indent=2, default=str)
     manifest = {
         "checkpoint": ckpt_path,
         "epoch": ckpt.get("epoch"),  # Lightning's 0-based epoch of the checkpoint
@@ -87,7 +90,7 @@ def _skeleton(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str) ->
     if cfg.model == "tiny":
         tokenizer = _tiny_tokenizer(env, cfg.tiny, cache_dir)
         model = build_tiny_model(cfg.tiny, len(tokenizer), tokenizer.eos_token_id, seed=cfg.seed)
-        policy = Policy(model.to(getattr(torch, cfg.dtype)), tokenizer, use_chat_template=False)
+        policy = Policy(cast_parameters(model, getattr(torch, cfg.dtype)), tokenizer, use_chat_template=False)
     else:
         policy = Policy.from_pretrained(resolve_model_path(cfg.model), dtype=cfg.dtype, gguf_file=cfg.gguf_file)
     if cfg.lora.r > 0:

@@ -27,9 +27,10 @@ from genenv_pl.batching import Step, split_rows
 from genenv_pl.config import GRPOConfig, RWRConfig
 from genenv_pl.distributed import compute_copy, full_state_dict, shard_module, sharding
 from genenv_pl.losses import GRPOTerms, RWRTerms, group_advantages, grpo_loss, low_var_kl, rwr_loss
-from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base
+from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base, resolve_model_path, trained_policy
 from genenv_pl.policy import Policy, causal_logprobs
 from genenv_pl.update import Updater
+from genenv_pl.warmstart import WarmStartConfig
 
 
 class GenEnvModule(L.LightningModule):
@@ -91,6 +92,9 @@ class GenEnvModule(L.LightningModule):
         self.updater = Updater(self)  # applies each role's loss; keeps several ranks in step
         self._sharded: str | None = None  # "fsdp" / "fsdp2" once the policies are sharded
         self._replicas: dict[str, Policy] = {}  # FSDP: local full copies that generation samples from
+        # test / validate of a checkpoint (`main.py ... --ckpt_path`, set by the CLI): the agent is built
+        # without its warm start, which the checkpoint's weights replace
+        self.evaluating_checkpoint: str | None = None
         # The frozen references are rebuilt from the config (they are the starting policies), never saved.
         self.register_state_dict_post_hook(_drop_references)
         self.register_load_state_dict_post_hook(_references_not_missing)
@@ -152,15 +156,13 @@ class GenEnvModule(L.LightningModule):
         return replica
 
     def _build_policies(self) -> None:
-        fit = self.trainer.state.fn == "fit"
-        if self.shared_base:  # (evaluation too: the agent's checkpoint keys name both adapters)
-            self.agent, simulator = build_shared_base(self.agent_cfg, self.sim_cfg, self.env, self.cache_dir)
-            self.simulator = simulator if fit else None
+        if self.trainer.state.fn != "fit":  # evaluation needs only the agent
+            self._build_agent_to_evaluate()
+            return
+        if self.shared_base:
+            self.agent, self.simulator = build_shared_base(self.agent_cfg, self.sim_cfg, self.env, self.cache_dir)
         else:
             self.agent = build_policy(self.agent_cfg, "agent", self.env, self.cache_dir)
-        if not fit:  # evaluation needs only the agent
-            rank_zero_info(f"[genenv] agent: {self.agent.num_parameters():,} params")
-            return
         if not self.shared_base:
             self.simulator = build_policy(self.sim_cfg, "simulator", self.env, self.cache_dir)
         # Frozen references for the KL terms: the starting agent and the initial simulator, kept in the
@@ -173,6 +175,37 @@ class GenEnvModule(L.LightningModule):
         rank_zero_info(f"[genenv] agent: {self.agent.num_parameters():,} params "
                        f"({self.agent.num_parameters(True):,} trainable); simulator: "
                        f"{self.simulator.num_parameters():,} ({self.simulator.num_parameters(True):,} trainable)")
+
+    def _build_agent_to_evaluate(self) -> None:
+        """`test` and `validate` never train the model they are given. The rule:
+        - with a checkpoint (`--ckpt_path`), the agent is built without its warm start: the checkpoint's
+          weights replace all of it;
+        - a trained policy folder (an export: `genenv_policy.json` in it, or the export's manifest beside
+          it) is evaluated as it is, the config's warm start skipped;
+        - a base model is the run's starting agent as the config defines it: its warm start is applied
+          from the cache, where `fit` left it, and never trained here (not cached: a one-line error).
+        One line names the model evaluated and what was applied."""
+        cfg, path = self.agent_cfg, self.evaluating_checkpoint
+        trained = trained_policy(resolve_model_path(cfg.model)) if cfg.model != "tiny" else None
+        no_warm_start = dataclasses.replace(cfg, warm_start=WarmStartConfig())
+        if path:
+            how = f"weights from the checkpoint {path} (no warm start: the checkpoint holds its result)"
+            cfg = no_warm_start
+        elif trained is not None:
+            how = "a trained policy" + (f" exported from {trained['checkpoint']}" if trained.get("checkpoint") else "")
+            how += ", evaluated as it is" + (" (the config's warm start is skipped)" if cfg.warm_start.steps > 0 else "")
+            cfg = no_warm_start
+        elif cfg.warm_start.steps > 0:
+            how = f"the config's warm start ({cfg.warm_start.steps} steps) from the cache"
+        else:
+            how = "as it is (no warm start)"
+        if self.shared_base and path:  # the checkpoint's keys name both adapters on the one base
+            sim = dataclasses.replace(self.sim_cfg, warm_start=WarmStartConfig())
+            self.agent, _ = build_shared_base(cfg, sim, self.env, self.cache_dir, train_warm_start=False)
+        else:  # (shared base without a checkpoint: the agent's adapter on its base is all there is to evaluate)
+            self.agent = build_policy(cfg, "agent", self.env, self.cache_dir, train_warm_start=False)
+        rank_zero_info(f"[genenv] evaluating the agent {cfg.model!r}: {how}; "
+                       f"{self.agent.num_parameters():,} params")
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.counters.update(checkpoint.get("genenv_counters", {}))
@@ -375,8 +408,12 @@ class GenEnvModule(L.LightningModule):
         except Exception:  # a scorer must not end an evaluation; count it as a format error
             return {"accuracy": 0.0, "format_error": 1.0}
 
+    def on_validation_epoch_start(self) -> None:
+        self.val_rows: list[dict[str, Any]] = []  # the latest validation's answers and scores, task by task
+
     def validation_step(self, batch, batch_idx: int) -> None:
         rows = self.evaluate_tasks(batch)
+        self.val_rows.extend(rows)
         self._log_eval(rows, "val")
 
     def _log_eval(self, rows, prefix: str) -> None:

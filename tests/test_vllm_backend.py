@@ -271,7 +271,10 @@ def _coevo_run(tmp: Path, cache: Path, backend: str, epochs: int):
     check = type("OldLogpCheck", (_OldLogpCheck, L.Callback), {})()
     cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, run=False,
                     args=["--config", str(REPO / "configs/quickstart.yaml"), "--config", _override(tmp, cache, epochs),
-                          "--model.backend", backend, "--seed_everything", "0"])
+                          "--model.backend", backend, "--seed_everything", "0",
+                          # the sampler's own log-probs as the old ones (the default recomputes them with any
+                          # backend but fp32 HF): the check below compares them with the training model's
+                          "--model.grpo.old_logp", "rollout"])
     cli.trainer.callbacks.append(check)
     cli.trainer.fit(cli.model, cli.datamodule)
     return cli, check, _scalars(tmp / "runs")

@@ -7,7 +7,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, replace
 
-from genenv_pl.envs.base import Environment
+from genenv_pl.envs.base import ConfigError, Environment
 from genenv_pl.models.tiny import TinyModelSpec, build_tiny_model, train_tokenizer
 from genenv_pl.policy import LoraSettings, Policy, cast_parameters, shared_base_policies
 from genenv_pl.warmstart import WarmStartConfig, warm_start
@@ -40,6 +40,30 @@ class PolicyConfig:
     1 GB per layer and row otherwise). Turns off the shared-prompt forward (it needs the KV cache)."""
 
 
+TRAINED_MARKER = "genenv_policy.json"  # written by `export` into each policy folder it writes
+
+
+def trained_policy(model: str) -> dict | None:
+    """What marks `model` (a folder) as a trained policy rather than a base model: the marker `export`
+    writes into each policy folder, or an export manifest beside the folder that names it. None for a
+    base model (or "tiny", a hub id, an installed package)."""
+    if model == "tiny" or not os.path.isdir(model):
+        return None
+    marker = os.path.join(model, TRAINED_MARKER)
+    if os.path.isfile(marker):
+        with open(marker, encoding="utf-8") as f:
+            return json.load(f)
+    manifest = os.path.join(os.path.dirname(os.path.abspath(model)), "genenv_export.json")
+    if os.path.isfile(manifest):
+        with open(manifest, encoding="utf-8") as f:
+            folders = json.load(f).get("folders", {})
+        name = os.path.basename(os.path.normpath(model))
+        for role, entry in folders.items():
+            if entry.get("model") == name:
+                return {"role": role, "export": os.path.dirname(os.path.abspath(model))}
+    return None
+
+
 def _digest(obj) -> str:
     return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -70,12 +94,14 @@ def _publish(save, path: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def build_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str) -> Policy:
-    """Agent and simulator built by the same env and tiny spec share one tokenizer."""
+def build_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str, train_warm_start: bool = True) -> Policy:
+    """Agent and simulator built by the same env and tiny spec share one tokenizer. `train_warm_start`
+    False (evaluation): a warm start is taken from the cache or not at all; one that is not cached
+    raises ConfigError instead of training."""
     if cfg.model != "tiny":
-        policy = _pretrained_policy(cfg, role, env, cache_dir)
+        policy = _pretrained_policy(cfg, role, env, cache_dir, train_warm_start)
     else:
-        policy = _tiny_policy(cfg, role, env, cache_dir)
+        policy = _tiny_policy(cfg, role, env, cache_dir, train_warm_start)
     if cfg.gradient_checkpointing:  # non-reentrant: gradients reach LoRA adapters over a frozen base
         policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.lora.r > 0:
@@ -84,7 +110,7 @@ def build_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str)
 
 
 def build_shared_base(agent: PolicyConfig, simulator: PolicyConfig, env: Environment, cache_dir: str,
-                      key: str = "model.shared_base") -> tuple[Policy, Policy]:
+                      key: str = "model.shared_base", train_warm_start: bool = True) -> tuple[Policy, Policy]:
     """Both policies as LoRA adapters on one frozen copy of their common base model (`shared_base_policies`).
     The two configs must name the same base (model, GGUF file, dtype; for "tiny", the same spec and
     seed) and give both a LoRA rank. A warm start here trains the policy's adapter, not the base."""
@@ -101,6 +127,8 @@ def build_shared_base(agent: PolicyConfig, simulator: PolicyConfig, env: Environ
     policies = shared_base_policies(base.model, base.tokenizer, agent.lora, simulator.lora, base.use_chat_template)
     for policy, cfg, role in zip(policies, (agent, simulator), ("agent", "simulator")):
         if cfg.warm_start.steps > 0:
+            if not train_warm_start:
+                raise _untrained(role, "a shared base's adapter warm start is not cached")
             _warm_start(policy, cfg, role, env)
     policies[0].activate()
     return policies
@@ -127,7 +155,14 @@ def _warm_start(policy: Policy, cfg: PolicyConfig, role: str, env: Environment) 
                log_every=max(1, min(100, cfg.warm_start.steps // 10)))
 
 
-def _pretrained_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str) -> Policy:
+def _untrained(role: str, why: str) -> ConfigError:
+    return ConfigError(f"model.{role}.warm_start: {why}, and test and validate never train a model: run fit first "
+                       f"(it caches the warm start), evaluate a checkpoint (--ckpt_path), or pass "
+                       f"--model.{role}.warm_start.steps 0 to evaluate the model as it is")
+
+
+def _pretrained_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str,
+                       train_warm_start: bool = True) -> Policy:
     """A pretrained model, warm-started on the environment's data when `warm_start.steps > 0`.
 
     With LoRA (`lora.r > 0`) the warm start trains an adapter with those settings and merges it into
@@ -151,6 +186,8 @@ def _pretrained_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir
         return policy
     if os.path.isdir(cached):
         return Policy.from_pretrained(cached, dtype=cfg.dtype)
+    if not train_warm_start:
+        raise _untrained(role, f"its result is not in the cache ({os.path.relpath(cached)})")
     with torch.random.fork_rng():  # the adapter's initialisation depends on the config alone (the cache key)
         torch.manual_seed(cfg.seed)
         if cfg.lora.r > 0:
@@ -162,7 +199,7 @@ def _pretrained_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir
     return policy
 
 
-def _tiny_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str) -> Policy:
+def _tiny_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str, train_warm_start: bool = True) -> Policy:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -174,6 +211,8 @@ def _tiny_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str)
     if os.path.isdir(path):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, cfg.dtype))
         return Policy(model, AutoTokenizer.from_pretrained(path), use_chat_template=False)
+    if cfg.warm_start.steps > 0 and not train_warm_start:
+        raise _untrained(role, f"its result is not in the cache ({os.path.relpath(path)})")
     # Built and warm-started on a forked RNG: the run's own sampling then does not depend on whether its
     # warm start came from the cache (a cached run and a cold one with the same seed draw the same rollouts).
     with torch.random.fork_rng():
