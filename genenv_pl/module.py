@@ -194,7 +194,7 @@ class GenEnvModule(L.LightningModule):
         elif trained is not None:
             how = "a trained policy" + (f" exported from {trained['checkpoint']}" if trained.get("checkpoint") else "")
             how += ", evaluated as it is" + (" (the config's warm start is skipped)" if cfg.warm_start.steps > 0 else "")
-            cfg = no_warm_start
+            cfg = dataclasses.replace(no_warm_start, gguf_file=None)  # an export is a plain HF folder
         elif cfg.warm_start.steps > 0:
             how = f"the config's warm start ({cfg.warm_start.steps} steps) from the cache"
         else:

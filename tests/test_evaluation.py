@@ -62,6 +62,10 @@ def test_three_ways_to_evaluate_a_trained_agent_give_one_answer_per_task(tmp_pat
     assert "warm-starting" not in capsys.readouterr().out
     assert "a trained policy exported from" in caplog.text  # the one line that says what is evaluated
     assert answers == fit_answers and accuracy == fit_accuracy
+    if kind == "pretrained_lora":  # a config naming GGUF weights (configs/cpu/bfcl.yaml): an export is a plain HF folder
+        answers, _ = _test(tmp_path, *args, "--model.agent.model", str(out / "agent"),
+                           "--model.agent.gguf_file", "SmolLM2-135M-Instruct.Q4_1.gguf")
+        assert answers == fit_answers
 
 
 def test_a_base_model_whose_warm_start_is_not_cached_is_not_trained_by_test(tmp_path, capsys):
