@@ -158,12 +158,13 @@ def compute_copy(model: torch.nn.Module, compute_dtype: torch.dtype) -> torch.nn
     the decoder layers' parameters in `compute_dtype`, the rest (and every buffer) as they are."""
     import copy
 
+    from genenv_pl.policy import cast_parameters
+
     replica = copy.deepcopy(model)
     layers = decoder_layer_classes(replica)
     for m in replica.modules():
         if type(m) in layers:
-            for p in m.parameters():
-                p.data = p.data.to(compute_dtype)
+            cast_parameters(m, compute_dtype)
     return replica
 
 
