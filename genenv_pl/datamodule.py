@@ -340,12 +340,17 @@ class GenEnvDataModule(L.LightningDataModule):
         tokens += sum(len(r.response_ids) for g in groups for r in g.rollouts)
         mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
         task_p = [p for b in batches for p in b.task_p_hat if p is not None]
+        checks: dict[str, list[float]] = {}  # what the environment measured on each generated task
+        for t in fresh:
+            for name, value in (t.meta.get("checks") or {}).items():
+                checks.setdefault(name, []).append(float(value))
         reasons: dict[str, int] = {}
         for b in batches:
             for r, c in b.invalid.items():
                 reasons[r] = reasons.get(r, 0) + c
         return {
             **{f"coevo/invalid/{r}": c / max(n_gen, 1) for r, c in reasons.items()},
+            **{f"coevo/check/{name}": mean(values) for name, values in checks.items()},
             # static ablation: the same quantity over its fixed tasks (no seed batches, no simulator)
             "coevo/success_rate": mean([b.p_hat for b in scored]) if not static else mean([float(x) for x in static]),
             "coevo/alpha_reward": mean([b.r_env for b in scored]),

@@ -449,8 +449,9 @@ class GenEnvModule(L.LightningModule):
         table["corpus"] = self.env.aggregate(scores)
         n_episodes = self.trainer.datamodule.cfg.eval_episodes
         if n_episodes:
-            table["episodes"] = self.env.play(self._act, None if n_episodes < 0 else n_episodes,
-                                              batch_size=self.trainer.datamodule.cfg.eval_batch_size)
+            with self.autocast():  # the agent plays in the precision it was evaluated (and trained) in
+                table["episodes"] = self.env.play(self._act, None if n_episodes < 0 else n_episodes,
+                                                  batch_size=self.trainer.datamodule.cfg.eval_batch_size)
         lines = [f"{'group':<32} {'n':>6} " + " ".join(f"{k:>14}" for k in table["metrics"])]
         for g, stats in table["groups"].items():
             lines.append(f"{g:<32} {stats['n']:>6} " + " ".join(f"{stats[k]:>14.4f}" for k in table["metrics"]))

@@ -2,9 +2,10 @@
 start (the paper starts from instruct models instead). Runs once; the result is cached."""
 from __future__ import annotations
 
+import contextlib
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -31,6 +32,19 @@ class WarmStartConfig:
     """Seeds the examples drawn and their order."""
     warmup_steps: int = 50
     """Linear lr warm-up, in steps; short warm starts of pretrained models need fewer."""
+    autocast: str | None = None
+    """"bfloat16": the forward passes run under bf16 autocast (weights, gradients and AdamW state stay
+    fp32), as `trainer.precision: bf16-mixed` does for co-evolution. About 2.2x faster on a CPU with
+    AMX for SmolLM2 on 850-token ALFWorld prompts; null: fp32."""
+
+
+def cache_fields(cfg: WarmStartConfig) -> dict:
+    """The settings that key a cached warm start. `autocast` joins only when set, so warm starts cached
+    before it existed (the committed BFCL adapters) keep their keys."""
+    fields = asdict(cfg)
+    if fields["autocast"] is None:
+        del fields["autocast"]
+    return fields
 
 
 def warm_start(policy: Policy, examples: list[tuple[str, str]], cfg: WarmStartConfig, log_every: int = 100) -> list[float]:
@@ -42,6 +56,8 @@ def warm_start(policy: Policy, examples: list[tuple[str, str]], cfg: WarmStartCo
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps)) * max(0.05, 1 - s / cfg.steps))
     device = next(policy.parameters()).device
+    autocast = (torch.autocast(device.type, dtype=getattr(torch, cfg.autocast)) if cfg.autocast
+                else contextlib.nullcontext())
     policy.train()
     losses, t0 = [], time.perf_counter()
     for step in range(cfg.steps):
@@ -50,8 +66,9 @@ def warm_start(policy: Policy, examples: list[tuple[str, str]], cfg: WarmStartCo
         b = {k: v.to(device) for k, v in b.items()}
         # Only the targets are scored: full-vocabulary logits at every prompt position (hundreds of
         # tokens x 49K vocabulary x batch for a real model's tool prompts) would not fit in memory.
-        logp, _ = policy.token_logprobs(b["input_ids"], b["attention_mask"], response_mask=b["response_mask"])
-        loss = sequence_nll(logp, b["response_mask"]).mean()
+        with autocast:
+            logp, _ = policy.token_logprobs(b["input_ids"], b["attention_mask"], response_mask=b["response_mask"])
+        loss = sequence_nll(logp.float(), b["response_mask"]).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

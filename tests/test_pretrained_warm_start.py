@@ -63,3 +63,26 @@ def test_warm_start_is_cached_and_becomes_the_base(hf_folder, env, tmp_path, cap
     build_policy(PolicyConfig(model=hf_folder, lora=cfg.lora, warm_start=WarmStartConfig(
         steps=3, batch_size=8, lr=1e-2, warmup_steps=1)), "agent", env, str(tmp_path / "cache"))
     assert _warm_starts(capsys) == 1 and len(os.listdir(tmp_path / "cache")) == 2
+
+
+def test_bf16_autocast_warm_start_keeps_fp32_masters_and_its_own_cache_entry(hf_folder, env, tmp_path) -> None:
+    """`warm_start.autocast: bfloat16` (the ALFWorld CPU recipe) trains under bf16 autocast with fp32
+    weights, learns as the fp32 warm start does, and is cached under its own key; unset, the key is the
+    one warm starts had before the field existed (so the committed BFCL adapters still match)."""
+    from genenv_pl.warmstart import cache_fields, warm_start
+
+    assert "autocast" not in cache_fields(WarmStartConfig()) and cache_fields(WarmStartConfig(autocast="bfloat16"))["autocast"] == "bfloat16"
+    losses = {}
+    for autocast in (None, "bfloat16"):
+        torch.manual_seed(0)
+        policy = build_policy(PolicyConfig(model=hf_folder), "agent", env, str(tmp_path))
+        cfg = WarmStartConfig(steps=12, batch_size=8, lr=1e-2, warmup_steps=1, autocast=autocast)
+        examples = [(policy.render(m), t) for m, t in env.warm_start_examples("agent", 64, seed=0)]
+        losses[autocast] = warm_start(policy, examples, cfg, log_every=0)
+        assert all(p.dtype == torch.float32 for p in policy.parameters())
+        assert losses[autocast][-1] < 0.8 * losses[autocast][0]
+    # the same data and initialisation: bf16 rounding moves the curve a little, not its course
+    assert abs(losses["bfloat16"][-1] - losses[None][-1]) < 0.25 * losses[None][0]
+    keyed = {a: build_policy(PolicyConfig(model=hf_folder, lora=LoraSettings(r=4, alpha=8), warm_start=WarmStartConfig(
+        steps=2, batch_size=4, warmup_steps=1, autocast=a)), "agent", env, str(tmp_path / "cache")) for a in (None, "bfloat16")}
+    assert len(os.listdir(tmp_path / "cache")) == 2 and len(keyed) == 2

@@ -19,9 +19,15 @@ game of `eval_splits` — all of valid_unseen and the rest of valid_seen — is 
 reads each game's own name only, so adding games (e.g. the held-back ones) never moves another.
 Task groups are "<split>/<task type>".
 
-Simulator: writes one new step as JSON (task, observation, history, admissible_commands?, gold).
-`parse_task` checks the gold and history commands against the command grammar and that every
-object the gold names appears in the observation text; anything else raises InvalidTask.
+Simulator, two designs (`simulator_writes`):
+- "step": it writes one whole new step as JSON (task, observation, history, admissible_commands?, gold).
+  `parse_task` checks the gold and history commands against the command grammar and that every object
+  the gold names appears in the observation text; anything else raises InvalidTask. Nothing here checks
+  that the gold is right in the state the step describes; `check_gold` measures it in the engine.
+- "actions": it writes only the commands sent so far in its seed's game (following the expert, leaving
+  it, or stopping early); the engine plays them and supplies the state, the admissible commands and
+  the gold (the planner's next command), so the engine vouches for every step (`alfworld_check.py`).
+Either way a generated task carries `meta["checks"]` = {replayable, gold_valid} when it was checked.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ import os
 import random
 from typing import Any
 
+from genenv_pl.envs.alfworld_check import Engine
 from genenv_pl.envs.alfworld_game import (
     GAMES_DIR,
     BatchPolicy,
@@ -50,7 +57,7 @@ from genenv_pl.envs.alfworld_grammar import (
     parse_agent_output,
     parse_command,
 )
-from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, resolve_data_root
+from genenv_pl.envs.base import ConfigError, DataError, Environment, InvalidTask, Message, Task, resolve_data_root
 from genenv_pl.envs.text_metrics import strip_tag_blocks
 
 _MAX_TASK_CHARS = 16_000  # a generated step longer than this is rejected (prompt budget)
@@ -80,6 +87,8 @@ def split_bucket(key: str, salt: str) -> float:
 class ALFWorldEnv(Environment):
     name = "alfworld"
     success_threshold = 1.0
+    simulator_writes = "step"  # (class defaults: the parsers work on an environment built without data)
+    check_gold = False
 
     def __init__(
         self,
@@ -93,7 +102,17 @@ class ALFWorldEnv(Environment):
         show_admissible: bool = True,
         max_episode_steps: int = 50,
         split_salt: str = "alfworld-v1",
+        simulator_writes: str = "step",
+        check_gold: bool = False,
+        engine_timeout: float = 10.0,
     ) -> None:
+        """`simulator_writes`: "step" (a whole step as JSON) or "actions" (the commands so far in the
+        seed's game; the engine supplies the rest). `check_gold`: replay every "step" in its seed's
+        game to measure whether its gold is right there (about a second each; "actions" steps are
+        always checked). `engine_timeout`: seconds one engine call may take (planner searches from
+        states off the expert's path can run away); past it the step is rejected as engine_timeout."""
+        if simulator_writes not in ("step", "actions"):
+            raise ConfigError(f"data.env_args.simulator_writes must be 'step' or 'actions', got {simulator_writes!r}")
         self.root = resolve_data_root(data_root, "alfworld")
         # games are listed lazily: a split folder that is not there would only show up as no tasks
         missing = [f"{GAMES_DIR}/{s}" for s in dict.fromkeys((seed_split, *eval_splits))
@@ -109,6 +128,9 @@ class ALFWorldEnv(Environment):
         self.show_admissible = show_admissible
         self.max_episode_steps = max_episode_steps
         self.split_salt = split_salt
+        self.simulator_writes = simulator_writes
+        self.check_gold = check_gold
+        self.engine = Engine(engine_timeout)
         #: (game key, reason) for every game file skipped while loading steps
         self.load_errors: list[tuple[str, str]] = []
         self._steps: dict[str, list[Task]] = {}
@@ -199,6 +221,8 @@ class ALFWorldEnv(Environment):
 
     # ---- simulator side -----------------------------------------------------------------
     def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:
+        if self.simulator_writes == "actions":
+            return self._actions_prompt(seed, success_rate)
         if success_rate is None:
             guide = "The agent's success rate on this seed is unknown: keep a similar difficulty."
         elif success_rate > 0.6:
@@ -213,14 +237,60 @@ class ALFWorldEnv(Environment):
                 {"role": "user", "content": f"Seed step:\n{json.dumps(seed.data)}\n\n{guide}\n"
                                             "Write one new step as a single JSON object."}]
 
+    def _actions_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:
+        if success_rate is None:
+            guide = "The agent's success rate on this game is unknown: keep a similar difficulty."
+        elif success_rate > 0.6:
+            guide = (f"The agent solves steps of this game {success_rate:.0%} of the time: make it harder "
+                     "(a later point, more commands off the plan).")
+        elif success_rate < 0.4:
+            guide = (f"The agent solves steps of this game only {success_rate:.0%} of the time: make it easier "
+                     "(an earlier point, fewer commands off the plan).")
+        else:
+            guide = f"The agent solves steps of this game {success_rate:.0%} of the time: keep the difficulty."
+        data = seed.data
+        sent = [h["action"] for h in data["history"]]
+        plan = self._walkthrough(seed)
+        return [{"role": "system", "content": SIMULATOR_ACTIONS_SYSTEM},
+                {"role": "user", "content": f"Your task is to: {data['task']}\n\nObservation:\n{data['observation']}\n\n"
+                                            f"Expert plan: {json.dumps(plan)}\n"
+                                            f"Seed step, commands sent so far: {json.dumps(sent)}\n\n{guide}\n"
+                                            "Write one new step as a single JSON object."}]
+
     def parse_task(self, text: str, seed: Task) -> Task:
-        data = validate_generated_step(_extract_json(text))
+        obj = _extract_json(text)
+        checks = None
+        if self.simulator_writes == "actions":
+            data, checks = self.engine.ground_step(self._game_path(seed), _parse_actions(obj))
+        else:
+            data = validate_generated_step(obj)
+            if self.check_gold:
+                checks = self.engine.check_step(self._game_path(seed), data)
         key = json.dumps(data, sort_keys=True)
-        return Task(
-            id=f"alfworld/gen/{hashlib.sha256(key.encode()).hexdigest()[:16]}", data=data,
-            difficulty=float(len(data["history"])), group=seed.group,
-            meta={"seed_id": seed.id, "generated": True, "task_type": seed.meta.get("task_type")},
-        )
+        meta = {"seed_id": seed.id, "generated": True, "task_type": seed.meta.get("task_type"),
+                "game": seed.meta.get("game")}
+        if checks is not None:
+            meta["checks"] = checks
+        return Task(id=f"alfworld/gen/{hashlib.sha256(key.encode()).hexdigest()[:16]}", data=data,
+                    difficulty=float(len(data["history"])), group=seed.group, meta=meta)
+
+    def _game_path(self, seed: Task) -> str:
+        if not hasattr(self, "_paths"):
+            self._paths = {g.key: g.path for g in list_games(self.root, [self.seed_split])}
+        key = seed.meta.get("game")
+        if key not in self._paths:
+            raise InvalidTask("no_seed_game", f"the seed {seed.id!r} names no seed game")
+        return self._paths[key]
+
+    def _walkthrough(self, seed: Task) -> list[str]:
+        """The expert's commands in the seed's game (its last step's history plus that step's gold)."""
+        if not hasattr(self, "_plans"):
+            last: dict[str, Task] = {}
+            for t in self.seed_tasks():
+                if t.meta["step"] == t.meta["num_steps"] - 1:
+                    last[t.meta["game"]] = t
+            self._plans = {g: [h["action"] for h in t.data["history"]] + [t.data["gold"]] for g, t in last.items()}
+        return self._plans.get(seed.meta.get("game"), [])
 
     # ---- warm start of tiny models --------------------------------------------------------
     def warm_start_examples(self, role: str, n: int, seed: int) -> list[tuple[list[Message], str]]:
@@ -237,6 +307,8 @@ class ALFWorldEnv(Environment):
             if role == "agent":
                 out.append((self.agent_prompt(task), f"<think>Next step toward the goal.</think>\n"
                                                      f"<response>{task.data['gold']}</response>"))
+            elif role == "simulator" and self.simulator_writes == "actions":
+                out.append((self.simulator_prompt(task, None), json.dumps({"actions": self._sample_actions(task, rng)})))
             elif role == "simulator":
                 # targets must pass our own validator (some expert steps name objects never shown)
                 same = [t for t in targets if t.group == task.group and t.id != task.id] or targets
@@ -244,6 +316,17 @@ class ALFWorldEnv(Environment):
             else:
                 raise ValueError(f"unknown role {role!r}")
         return out
+
+    def _sample_actions(self, seed: Task, rng: random.Random) -> list[str]:
+        """A warm-start target for the "actions" simulator: a prefix of the expert's commands with up to
+        two detours ("go to" a receptacle of the room) put in at random points. Expert commands after a
+        detour may no longer be admissible; the engine then answers "Nothing happens.", as in play."""
+        plan = self._walkthrough(seed)
+        actions = plan[: rng.randrange(len(plan))] if plan else []
+        places = sorted(mentioned_objects(seed.data["observation"]))
+        for _ in range(rng.choice((0, 1, 1, 2)) if places else 0):
+            actions.insert(rng.randint(0, len(actions)), f"go to {rng.choice(places)}")
+        return actions
 
     def tokenizer_corpus(self) -> list[str]:
         corpus: list[str] = [SIMULATOR_SYSTEM]
@@ -266,6 +349,28 @@ SIMULATOR_SYSTEM = (
     'Output only JSON: {"task": str, "observation": str, "history": [{"action": str, '
     '"observation": str}, ...], "admissible_commands": [str, ...], "gold": str}'
 )
+
+
+SIMULATOR_ACTIONS_SYSTEM = (
+    "You write training tasks for an agent in a household text game (ALFWorld). A task is ONE "
+    "decision step in a game: the commands the agent has sent so far. The game engine plays them and "
+    "works out the state and the correct next command.\n"
+    "Write the commands sent so far at a new point of the seed's game: follow the expert plan for a "
+    "while, leave it (go to other receptacles, open or examine things), or stop early. Use only objects "
+    "of this game, named '<name> <number>' (e.g. 'apple 1', 'countertop 2'). Commands: go to X, take X "
+    "from Y, move X to Y, open X, close X, use X, examine X, clean X with Y, heat X with Y, cool X with Y, "
+    "slice X with Y, look, inventory.\n"
+    'Output only JSON: {"actions": [str, ...]}'
+)
+
+
+def _parse_actions(obj: dict[str, Any]) -> list[str]:
+    actions = obj.get("actions")
+    if not isinstance(actions, list) or len(actions) > _MAX_HISTORY:
+        raise InvalidTask("bad_history", "actions must be a list of at most 60 commands")
+    if not all(isinstance(a, str) and parse_command(a) is not None for a in actions):
+        raise InvalidTask("bad_history", "every action must be a command in the grammar")
+    return [canonical_action(a) for a in actions]
 
 
 def _extract_json(text: str) -> dict[str, Any]:

@@ -106,8 +106,9 @@ def default_cache_dir() -> str:
 
 
 # ---- the engine ----------------------------------------------------------------------------
-def open_game(path: str) -> tuple[Any, Any]:
-    """(textworld environment, state after reset) for one game file."""
+def open_game(path: str, memo: dict | None = None) -> tuple[Any, Any]:
+    """(textworld environment, state after reset) for one game file. `memo`: a dict kept by the caller
+    to reuse PDDL translations across starts of the same games (see `_engine_quirks_patched`)."""
     try:
         import fast_downward
         import textworld
@@ -116,7 +117,7 @@ def open_game(path: str) -> tuple[Any, Any]:
         raise ImportError(f"{e}. {INSTALL_HINT}") from e
     infos = textworld.EnvInfos(won=True, admissible_commands=True)
     env = None
-    with _engine_quirks_patched(fast_downward):
+    with _engine_quirks_patched(fast_downward, memo):
         try:
             # AlfredDemangler turns PDDL ids ("Apple_bar__plus_01...") into "apple 1", as ALFWorld does.
             env = textworld.start(path, infos, wrappers=[AlfredDemangler()])
@@ -128,16 +129,17 @@ def open_game(path: str) -> tuple[Any, Any]:
 
 
 @contextmanager
-def _engine_quirks_patched(fast_downward: Any) -> Iterator[None]:
+def _engine_quirks_patched(fast_downward: Any, memo: dict | None = None) -> Iterator[None]:
     """Work around two quirks of the engine while a game loads.
 
     `fast_downward.pddl2sas` overwrites `sys.argv` (a hack for its option parser): restored here so
     a caller's command line survives. textworld translates the same PDDL problem in `load()` and
     again in `reset()`: a memo scoped to this one game start halves the load time. The memoized
-    values (a parsed task and SAS text) are only read by textworld.
+    values (a parsed task and SAS text) are only read by textworld, so a caller that starts the same
+    games again and again (the step checker) may pass its own `memo` to keep them across starts.
     """
     original, argv = fast_downward.pddl2sas, sys.argv
-    memo: dict[tuple[str, str, bool], Any] = {}
+    memo = {} if memo is None else memo
 
     def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
         key = (domain, problem, optimize)

@@ -115,7 +115,9 @@ class Environment(ABC):
         """Parse and validate one simulator generation; raise `InvalidTask` when it is not usable.
 
         Must never execute the text. The returned task carries its own gold/evaluation spec,
-        computed or checked by the environment wherever possible."""
+        computed or checked by the environment wherever possible. Measures of a valid task's quality
+        (e.g. ALFWorld's `gold_valid`, from replaying it in the engine) go in `task.meta["checks"]`
+        as {name: value}; their mean over an epoch's generated tasks is logged as `coevo/check/<name>`."""
 
     def task_key(self, task: Task) -> str:
         """Identity for de-duplication (exact duplicates are dropped)."""

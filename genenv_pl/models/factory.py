@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from genenv_pl.envs.base import ConfigError, Environment
 from genenv_pl.models.tiny import TinyModelSpec, build_tiny_model, train_tokenizer
 from genenv_pl.policy import LoraSettings, Policy, cast_parameters, shared_base_policies
-from genenv_pl.warmstart import WarmStartConfig, warm_start
+from genenv_pl.warmstart import WarmStartConfig, cache_fields, warm_start
 
 
 @dataclass
@@ -176,7 +176,7 @@ def _pretrained_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir
     policy = Policy.from_pretrained(path, dtype=cfg.dtype, gguf_file=cfg.gguf_file)
     if cfg.warm_start.steps <= 0:
         return policy
-    key = _digest([role, env.name, cfg.model, cfg.gguf_file, cfg.dtype, asdict(cfg.warm_start), asdict(cfg.lora),
+    key = _digest([role, env.name, cfg.model, cfg.gguf_file, cfg.dtype, cache_fields(cfg.warm_start), asdict(cfg.lora),
                    cfg.seed, env.warm_start_examples(role, 64, seed=cfg.warm_start.seed)])
     cached = os.path.join(cache_dir, f"{role}-{env.name}-{os.path.basename(os.path.normpath(path))}-{key}")
     if cfg.lora.r > 0 and os.path.isdir(cached):
@@ -204,7 +204,7 @@ def _tiny_policy(cfg: PolicyConfig, role: str, env: Environment, cache_dir: str,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = _tiny_tokenizer(env, cfg.tiny, cache_dir)
-    key = _digest([role, env.name, asdict(cfg.tiny), asdict(cfg.warm_start), cfg.seed, cfg.dtype,
+    key = _digest([role, env.name, asdict(cfg.tiny), cache_fields(cfg.warm_start), cfg.seed, cfg.dtype,
                    env.warm_start_examples(role, 64, seed=cfg.warm_start.seed) if cfg.warm_start.steps else None,
                    sorted(tokenizer.get_vocab().items())])  # the tokens themselves: a new tokenizer is a new model
     path = os.path.join(cache_dir, f"{role}-{env.name}-{key}")
