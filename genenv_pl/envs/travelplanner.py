@@ -18,13 +18,33 @@ only the cities its annotators chose, which are unknown; we offer `max_candidate
 of that state (chosen by a hash of the task id and the city). Validation plans that fly cannot
 have their flights verified: see `travelplanner_checks` for how that is counted.
 
-Reward and score. Every plan is checked with the 8 commonsense and the applicable hard
-constraints (`travelplanner_checks`). `reward` = fraction of the decided checks that pass, with
-unverifiable flights counted as failures (a training signal must not pay for unverifiable
-claims); 0 when no plan can be read. A success (reward 1.0) is a plan that passes every check,
-upstream's "final pass". `score` returns per-task rates and counts; `aggregate_scores` turns a
-list of them into the benchmark's corpus numbers (delivery rate, commonsense/hard micro and macro
-pass rates, final pass rate, and score = mean of the commonsense and hard rates, micro and macro).
+Reward. Every plan is checked with the 8 commonsense and the applicable hard constraints
+(`travelplanner_checks`). `reward` = fraction of the decided checks that pass, with unverifiable
+flights counted as failures (a training signal must not pay for unverifiable claims); 0 when no
+plan can be read. A success (reward 1.0) is a plan that passes every check, upstream's "final pass".
+
+Metrics (upstream `evaluation/eval.py`). A check is "decided" when it returns True or False; None
+(not applicable, or a flight that cannot be verified under `unverifiable_flights="exclude"`) is
+left out of every count. Over N evaluated queries:
+- delivery_rate     = plans that parse / N;
+- commonsense_micro = commonsense checks passed / commonsense checks decided, summed over all N
+                      queries (an undelivered plan decides all 8, all failed);
+- commonsense_macro = delivered plans with no failed commonsense check / N;
+- hard_micro        = hard checks passed / hard checks decided, summed over all N queries (budget
+                      always applies, the others when the query sets them; a plan that is
+                      undelivered, incomplete or outside the sandbox fails every applicable one);
+- hard_macro        = delivered plans with no failed hard check / N;
+- final_pass_rate   = delivered plans with no failed check of either kind / N;
+- accuracy (the headline) = (commonsense_micro + commonsense_macro + hard_micro + hard_macro) / 4.
+The paper's Table 1 reports one TravelPlanner number, the average of the commonsense (CS) and
+hard-constraint (HD) pass rates; the benchmark defines each rate micro and macro, so the headline
+averages all four (score_micro and score_macro, the CS/HD means of each kind, are reported too).
+It is not the final pass rate, which the paper does not report. `score` gives these metrics for
+one query (its micro rates are that query's passed / decided, 1.0 when it decides none; `delivered`
+and `final_pass` are 0/1) plus the counts; `aggregate` (`aggregate_scores`) gives the corpus values,
+whose micro rates are ratios of counts summed over queries. The mean of per-query `accuracy`
+(val/accuracy, eval/accuracy) therefore averages per-query micro rates; eval/corpus/accuracy is the
+paper's number.
 
 Simulator. It rewrites a seed's query with other people/budget/local constraints; the route
 (origin, destination, dates) stays the seed's, so the seed's reference information, flights
@@ -287,17 +307,27 @@ def _spec_view(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: spec[k] for k in keys}
 
 
+def _rate(passed: float, total: float) -> float:
+    return passed / total if total else 1.0  # nothing decided: nothing failed
+
+
+def headline(cs_micro: float, cs_macro: float, hard_micro: float, hard_macro: float) -> float:
+    """The paper's TravelPlanner number: the mean of the commonsense and hard pass rates, micro and macro."""
+    return (cs_micro + cs_macro + hard_micro + hard_macro) / 4
+
+
 def aggregate_scores(scores: list[dict[str, float]]) -> dict[str, float]:
     """Corpus metrics from per-task `score` dicts: micro rates are ratios of summed counts."""
     n = len(scores)
     if n == 0:
         return {}
     total = {k: sum(s[k] for s in scores) for k in scores[0]}
-    cs_micro = total["commonsense_passed"] / total["commonsense_total"] if total["commonsense_total"] else 0.0
-    hard_micro = total["hard_passed"] / total["hard_total"] if total["hard_total"] else 0.0
+    cs_micro = _rate(total["commonsense_passed"], total["commonsense_total"])
+    hard_micro = _rate(total["hard_passed"], total["hard_total"])
     cs_macro, hard_macro = total["commonsense_macro"] / n, total["hard_macro"] / n
-    return {"delivery_rate": total["delivered"] / n, "commonsense_micro": cs_micro, "commonsense_macro": cs_macro,
-            "hard_micro": hard_micro, "hard_macro": hard_macro, "final_pass_rate": total["accuracy"] / n,
+    return {"accuracy": headline(cs_micro, cs_macro, hard_micro, hard_macro), "delivery_rate": total["delivered"] / n,
+            "commonsense_micro": cs_micro, "commonsense_macro": cs_macro, "hard_micro": hard_micro,
+            "hard_macro": hard_macro, "final_pass_rate": total["final_pass"] / n,
             "score_micro": (cs_micro + hard_micro) / 2, "score_macro": (cs_macro + hard_macro) / 2,
             "unverifiable_rate": total["unverifiable"] / n}
 
@@ -469,17 +499,18 @@ class TravelPlannerEnv(Environment):
         return (counts["commonsense_passed"] + counts["hard_passed"]) / total if total else 0.0
 
     def score(self, task: Task, response: str) -> dict[str, float]:
+        """The module docstring's metrics for one response (see there), plus the check counts."""
         report = self.check(task, response)
         counts = report.counts()
-        cs = counts["commonsense_passed"] / counts["commonsense_total"] if counts["commonsense_total"] else 1.0
-        hard = counts["hard_passed"] / counts["hard_total"] if counts["hard_total"] else 1.0
+        cs = _rate(counts["commonsense_passed"], counts["commonsense_total"])
+        hard = _rate(counts["hard_passed"], counts["hard_total"])
         cs_macro = float(report.delivered and False not in report.commonsense.values())
         hard_macro = float(report.delivered and False not in report.hard.values())
-        return {"accuracy": float(report.final_pass), "delivered": float(report.delivered),
+        return {"accuracy": headline(cs, cs_macro, hard, hard_macro), "delivered": float(report.delivered),
                 "format_error": float(not report.delivered), "commonsense_micro": cs, "commonsense_macro": cs_macro,
-                "hard_micro": hard, "hard_macro": hard_macro, "score_micro": (cs + hard) / 2,
-                "score_macro": (cs_macro + hard_macro) / 2, "unverifiable": float(bool(report.unverifiable)),
-                **{k: float(v) for k, v in counts.items()}}
+                "hard_micro": hard, "hard_macro": hard_macro, "final_pass": float(report.final_pass),
+                "score_micro": (cs + hard) / 2, "score_macro": (cs_macro + hard_macro) / 2,
+                "unverifiable": float(bool(report.unverifiable)), **{k: float(v) for k, v in counts.items()}}
 
     # ---- simulator side -----------------------------------------------------------------
     def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:

@@ -311,7 +311,7 @@ def test_score_and_aggregate(env, rockford):
     good = env.score(rockford, respond(gold(rockford)))
     report = env.check(rockford, respond(gold(rockford)))
     assert tuple(report.commonsense) == COMMONSENSE and tuple(report.hard) == HARD
-    assert good["accuracy"] == good["commonsense_macro"] == good["hard_macro"] == good["score_micro"] == 1.0
+    assert good["accuracy"] == good["final_pass"] == good["commonsense_macro"] == good["hard_macro"] == 1.0
     assert (good["commonsense_total"], good["hard_total"]) == (8, 1)
     bad = env.score(rockford, "Sorry, I cannot plan this trip.")
     assert bad["delivered"] == 0.0 and bad["format_error"] == 1.0 and bad["accuracy"] == 0.0
@@ -320,6 +320,50 @@ def test_score_and_aggregate(env, rockford):
     assert agg["delivery_rate"] == 0.5 and agg["final_pass_rate"] == 0.5
     assert agg["commonsense_micro"] == 0.5 and agg["hard_micro"] == 0.5 and agg["score_macro"] == 0.5
     assert aggregate_scores([]) == {}
+
+
+# Hand-built plans with every metric known. Rockford with two satisfied hard constraints (pets
+# allowed, entire room), so each query decides 8 commonsense and 3 hard checks (budget included).
+PETS_ENTIRE = {"house rule": "pets", "cuisine": None, "room type": "entire room", "transportation": None}
+PETS_PRIVATE = {**PETS_ENTIRE, "room type": "private room"}  # the gold's room is an entire home
+METRICS = ("delivered", "commonsense_micro", "commonsense_macro", "hard_micro", "hard_macro", "final_pass",
+           "accuracy")
+#   (case, local constraints, plan -> response, (passed/decided commonsense, passed/decided hard), per-task metrics)
+METRIC_CASES = [
+    ("gold", PETS_ENTIRE, respond, (8, 8, 3, 3), (1, 1, 1, 1, 1, 1, 1)),
+    ("repeated restaurant", PETS_ENTIRE, lambda p: respond(_edit(p, 2, dinner="Flying Mango, Rockford")),
+     (7, 8, 3, 3), (1, 7 / 8, 0, 1, 1, 0, (7 / 8 + 0 + 1 + 1) / 4)),
+    ("wrong room type", PETS_PRIVATE, respond, (8, 8, 2, 3), (1, 1, 1, 2 / 3, 0, 0, (1 + 1 + 2 / 3 + 0) / 4)),
+    ("two days of three", PETS_ENTIRE, lambda p: respond(p[:2]),  # incomplete: hard checks not judged, all fail
+     (6, 8, 0, 3), (1, 6 / 8, 0, 0, 0, 0, (6 / 8) / 4)),
+    ("no plan", PETS_ENTIRE, lambda p: "Sorry, I cannot plan this trip.", (0, 8, 0, 3), (0, 0, 0, 0, 0, 0, 0)),
+]
+
+
+def _metric_task(rockford, constraints):
+    task = copy.deepcopy(rockford)
+    task.data["local_constraint"] = dict(constraints)
+    return task
+
+
+@pytest.mark.parametrize("case, constraints, make, counts, expected", METRIC_CASES, ids=[c[0] for c in METRIC_CASES])
+def test_score_metrics_table(env, rockford, case, constraints, make, counts, expected):
+    got = env.score(_metric_task(rockford, constraints), make(gold(rockford)))
+    assert (got["commonsense_passed"], got["commonsense_total"], got["hard_passed"], got["hard_total"]) == counts
+    assert {k: got[k] for k in METRICS} == pytest.approx(dict(zip(METRICS, expected)))
+    assert got["format_error"] == 1 - got["delivered"]
+
+
+def test_aggregate_metrics_table(env, rockford):
+    scores = [env.score(_metric_task(rockford, lc), make(gold(rockford))) for _, lc, make, _, _ in METRIC_CASES]
+    cs_micro, hard_micro = (8 + 7 + 8 + 6 + 0) / 40, (3 + 3 + 2 + 0 + 0) / 15  # summed counts, not mean rates
+    cs_macro, hard_macro = 2 / 5, 2 / 5  # gold + wrong room type; gold + repeated restaurant
+    assert aggregate_scores(scores) == pytest.approx({
+        "delivery_rate": 4 / 5, "commonsense_micro": cs_micro, "commonsense_macro": cs_macro,
+        "hard_micro": hard_micro, "hard_macro": hard_macro, "final_pass_rate": 1 / 5,
+        "accuracy": (cs_micro + cs_macro + hard_micro + hard_macro) / 4,  # the paper's CS/HD average
+        "score_micro": (cs_micro + hard_micro) / 2, "score_macro": (cs_macro + hard_macro) / 2,
+        "unverifiable_rate": 0.0})
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
