@@ -1,15 +1,22 @@
 """AlphaCurriculumCallback: the alpha-Curriculum Reward and band filter (GenEnv section 2, 5-6).
 
-The DataModule asks this callback to score each seed batch while it builds the epoch's data
-(the train dataloader is rebuilt before on_train_epoch_start, so scoring cannot wait for a
-later hook). At the end of the epoch the callback logs the alpha-zone metrics."""
+A callback (the design card's choice: the curriculum is configured with the trainer's callbacks), with
+an explicit dependency: in `setup` it hands itself to the data module (`use_curriculum`), which scores
+each epoch's seed batches with it while it builds the epoch's data (the train loader is rebuilt before
+on_train_epoch_start, so scoring cannot wait for a later hook). A run without it stops at fit start in
+one line. At the end of the epoch it logs the epoch's metrics, the alpha zone among them."""
 from __future__ import annotations
 
 import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
+from genenv_pl.config import CurriculumConfig
 from genenv_pl.curriculum import alpha_reward, in_band
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
 
 
 class AlphaCurriculumCallback(L.Callback):
@@ -25,23 +32,39 @@ class AlphaCurriculumCallback(L.Callback):
             print_every_n_epochs: how often to print a one-line epoch summary (0: never).
         """
         super().__init__()
-        self.alpha, self.beta, self.filtering_k = alpha, beta, filtering_k
+        self.config = CurriculumConfig(alpha, beta, filtering_k)
         self.print_every_n_epochs = print_every_n_epochs
 
-    def score(self, batches) -> None:
-        """Set r_env and in_band on each seed batch that has a difficulty estimate p_hat, and the
-        same per task on each task with its own p_hat (task_p_hat)."""
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if trainer.datamodule is not None and hasattr(trainer.datamodule, "use_curriculum"):
+            trainer.datamodule.use_curriculum(self)
+
+    # ---- scoring and filtering ----------------------------------------------------------------
+    def score(self, batches, band: bool = True) -> None:
+        """Set r_env and in_band on each seed batch that has a difficulty estimate p_hat, and the same per
+        task on each task with its own p_hat (task_p_hat). `band` False (the "no-band" ablation): every
+        scored batch and task is in band."""
         for b in batches:
-            b.r_env, b.in_band = self._score(b.p_hat)
-            scored = [self._score(p) for p in b.task_p_hat]
+            b.r_env, b.in_band = self._score(b.p_hat, band)
+            scored = [self._score(p, band) for p in b.task_p_hat]
             b.task_r_env, b.task_in_band = [r for r, _ in scored], [ok for _, ok in scored]
 
-    def _score(self, p_hat: float | None) -> tuple[float | None, bool]:
+    def _score(self, p_hat: float | None, band: bool = True) -> tuple[float | None, bool]:
         if p_hat is None:
             return None, False
-        p = torch.tensor(p_hat)
-        return float(alpha_reward(p, self.alpha, self.beta)), bool(in_band(p, self.alpha, self.filtering_k))
+        c, p = self.config, torch.tensor(p_hat)
+        return float(alpha_reward(p, c.alpha, c.beta)), not band or bool(in_band(p, c.alpha, c.filtering_k))
 
+    def zone_metrics(self, batches) -> dict[str, float]:
+        """Where the epoch's difficulty estimates fall against alpha (NaN without any)."""
+        scored = [b for b in batches if b.p_hat is not None]
+        tasks = [(p, ok) for b in batches for p, ok in zip(b.task_p_hat, b.task_in_band) if p is not None]
+        return {"coevo/alpha_reward": _mean([b.r_env for b in scored]),
+                "coevo/in_band_frac": _mean([float(b.in_band) for b in scored]),
+                "coevo/task_in_band_frac": _mean([float(ok) for _, ok in tasks]),
+                "coevo/task_alpha_gap": _mean([abs(p - self.config.alpha) for p, _ in tasks])}
+
+    # ---- logging --------------------------------------------------------------------------------
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         stats = getattr(trainer.datamodule, "last_round", None)
         if stats is None:

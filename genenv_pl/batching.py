@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.utils.data import IterableDataset
 
 
 def pack(
@@ -86,6 +87,20 @@ class Step:
 
     def __repr__(self) -> str:
         return f"Step(agent={_shape(self.agent)}, sim={_shape(self.sim)})"
+
+
+class Steps(IterableDataset):
+    """One rank's steps of an epoch, in order. Iterable, because Lightning shards a map-style dataset over
+    the ranks (`use_distributed_sampler`) and these are this rank's own already."""
+
+    def __init__(self, steps: list[Step]):
+        self.steps = steps
+
+    def __iter__(self):
+        return iter(self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
 
 
 def _role(role: str) -> str:

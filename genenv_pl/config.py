@@ -75,6 +75,18 @@ class RWRConfig:
 
 
 @dataclass
+class CurriculumConfig:
+    """The alpha-Curriculum (GenEnv section 2, steps 5-6), set through `callbacks.AlphaCurriculumCallback`."""
+
+    alpha: float = 0.5
+    """Target success rate of generated tasks. Paper: 0.5."""
+    beta: float = 2.0
+    """Sharpness of R_env = exp(-beta (p_hat - alpha)^2); the paper leaves it open, the reference config declares 2.0."""
+    filtering_k: float = 0.1
+    """k_min: difficulty estimates with |p_hat - alpha| > k_min do not train the simulator. Paper: 0.1."""
+
+
+@dataclass
 class CoevoConfig:
     """One co-evolution epoch: seeds -> K variations -> G rollouts each -> updates."""
 

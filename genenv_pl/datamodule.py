@@ -1,45 +1,32 @@
 """GenEnvDataModule: regenerates the training data every epoch from the simulator.
 
-`train_dataloader()` runs once per epoch (Trainer(reload_dataloaders_every_n_epochs=1)) and
-does the generation half of the epoch: seed batch -> simulator variations -> agent rollouts ->
-rewards -> p_hat -> alpha-curriculum scores (from AlphaCurriculumCallback) -> pools. It returns
-the epoch's update steps; GenEnvModule.training_step turns each into optimizer steps.
+`train_dataloader()` runs once per epoch (Trainer(reload_dataloaders_every_n_epochs=1), which fit
+start checks) and runs the generation half of the epoch, `epoch.run_epoch` (plan -> generate -> roll
+out -> score -> pools -> build steps); it returns the epoch's steps, and GenEnvModule.training_step
+turns each into optimizer steps. Two things are handed to it at fit start: the curriculum by its
+callback (`use_curriculum`) and what the epoch needs of the policies by the module (`connect`). The
+module reports each step back (`step_done`), so that D_env keeps only the samples of simulator steps
+that were kept, and a checkpoint knows whether its epoch's steps all ran.
 """
 from __future__ import annotations
 
-import math
 import random
-import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import lightning as L
-import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
-from genenv_pl.backends.base import Generation
-from genenv_pl.batching import Step, pack
-from genenv_pl.coevo import Group, SeedBatch, generate_tasks, rollout
+from genenv_pl.batching import Step, Steps
+from genenv_pl.coevo import Group, generate_tasks, rollout  # module-level: tests/ddp_helpers.py wraps them per rank
 from genenv_pl.config import CoevoConfig
-from genenv_pl.curriculum import rwr_weights, success_rate
-from genenv_pl.distributed import RankSync
 from genenv_pl.envs import Environment, Task, make_env
+from genenv_pl.envs.base import ConfigError
+from genenv_pl.epoch import Curriculum, EpochState, Learner, RoundStats, SimSample, build_steps, run_epoch
+from genenv_pl.epoch import simulator_samples as _simulator_samples  # noqa: F401 (tests/test_difficulty_unit.py)
 from genenv_pl.pools import Pools
+from genenv_pl.seam import RankSeam
 
-
-@dataclass
-class RoundStats:
-    """What one epoch's generation produced; read by the callbacks for logging."""
-
-    epoch: int
-    batches: list[SeedBatch] = field(default_factory=list)
-    groups: list[Group] = field(default_factory=list)
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-def epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    """torch's seed for one rank's epoch: a function of the three alone (a str seeds `random` by its SHA-512)."""
-    return random.Random(f"{seed}:{epoch}:{rank}").getrandbits(63)
+__all__ = ["GenEnvDataModule", "RoundStats"]
 
 
 def _collate_tasks(items: list[dict]) -> list[Task]:
@@ -51,7 +38,8 @@ class GenEnvDataModule(L.LightningDataModule):
                  coevo: CoevoConfig = CoevoConfig(), seed: int = 0):
         """
         Args:
-            env: registered environment name (see genenv_pl/envs/__init__.py).
+            env: a registered environment name (see genenv_pl/envs/__init__.py), or an Environment subclass
+                of your own as package.module:ClassName (docs/writing-an-environment.md).
             env_args: constructor arguments of that environment (data_root, splits, ...): the Args of
                 its class's docstring, e.g. `BFCLEnv` in genenv_pl/envs/bfcl.py.
             coevo: sizes of one co-evolution epoch and sampling settings.
@@ -71,28 +59,76 @@ class GenEnvDataModule(L.LightningDataModule):
         self.static_tasks: list[dict] | None = None  # the fixed task set of the "static" ablation
         self.tasks_seen = 0  # agent training tasks rolled out so far (x G rollouts each): the data-efficiency axis
         self.generated_through = -1  # last epoch whose data was generated (saved: a resume must not redo it)
+        self.steps_left = 0  # steps of that epoch not run yet (saved: a checkpoint with some left cannot resume)
+        self.curriculum: Curriculum | None = None  # handed over by its callback (`use_curriculum`)
+        self.learner: Learner | None = None  # handed over by the module (`connect`)
+        self._env_by_step: list[list[dict]] = []  # this epoch's D_env entries, by the step that trains on them
+
+    # ---- what is handed over at fit start -----------------------------------------------
+    def use_curriculum(self, curriculum: Curriculum) -> None:
+        """The alpha-curriculum callback hands itself over (its `setup`): it scores each epoch's seed batches."""
+        self.curriculum = curriculum
+
+    def connect(self, learner: Learner) -> None:
+        """GenEnvModule hands over what an epoch needs of the policies (its `setup`, after the callbacks'). Also
+        where a run without what the loop depends on stops, in one line, before any model is built."""
+        if self.curriculum is None:
+            raise ConfigError("trainer.callbacks has no callbacks.AlphaCurriculumCallback: GenEnv needs it to score "
+                              "each seed batch (R_env) and to choose what trains the simulator (the band); add "
+                              "{class_path: callbacks.AlphaCurriculumCallback} to trainer.callbacks")
+        reload = self.trainer.reload_dataloaders_every_n_epochs
+        if reload != 1:
+            raise ConfigError(f"trainer.reload_dataloaders_every_n_epochs is {reload}; GenEnv generates each epoch's data "
+                              f"in train_dataloader() and needs 1 (otherwise every epoch replays epoch 0's rollouts "
+                              f"with their stale log-probs)")
+        self.learner = learner
 
     # ---- Lightning data hooks -----------------------------------------------------------
     def train_dataloader(self) -> DataLoader:
         if self.trainer.current_epoch <= self.generated_through:
-            # Resuming from a checkpoint taken at the end of epoch e, Lightning asks for epoch e's
-            # loader once more before it moves on to e + 1 (and then asks again). Generating here
-            # would add never-trained tasks to the pools and advance the rng: return a placeholder
-            # that is replaced before it runs.
-            return DataLoader([Step()], batch_size=None)
+            self._refuse_mid_epoch()
+            # Resuming from a checkpoint taken at the end of epoch e, Lightning asks for epoch e's loader once
+            # more before it moves on to e + 1 (and then asks again). Generating here would add never-trained
+            # tasks to the pools and advance the rng: a placeholder, which Lightning replaces before it runs.
+            return _loader([Step()])
         if self.budget_spent:  # resumed from the checkpoint of the epoch that spent it: nothing left to train
             self.trainer.should_stop = True
-            return DataLoader([Step()], batch_size=None)
-        # Generation computes as training does (bf16-mixed: under its autocast), and the precision
-        # plugin never sees the steps' fp32 values (`Step`).
-        with self.trainer.lightning_module.autocast():
-            steps = [Step(s["agent"], s["sim"]) for s in self.generate_epoch()]
+            return _loader([Step()])
+        state = EpochState(self.rng, self.pools, self.success_rates, self.static_tasks, self.tasks_seen)
+        # Generation computes as training does (bf16-mixed: under its autocast); the precision plugin never
+        # sees the steps' fp32 values (`Step`).
+        with self.learner.autocast():
+            epoch = run_epoch(self.env, self.cfg, self.learner, self.curriculum, RankSeam(self.trainer), state,
+                              self.trainer.current_epoch, self.seed, _progress(self.trainer), generate_tasks, rollout)
+        self.success_rates.update(epoch.rates)
+        self.pools.train.extend(epoch.train)
+        self.static_tasks, self.last_round = epoch.static_tasks, epoch.stats
+        self.tasks_seen += len(epoch.stats.groups)
+        self._env_by_step, self.steps_left = epoch.env_by_step, len(epoch.steps)
         self.generated_through = self.trainer.current_epoch
-        # Several ranks: `steps` is already this rank's shard. A one-replica DistributedSampler keeps
-        # Lightning (use_distributed_sampler) from splitting it again.
-        own = RankSync(self.trainer).distributed
-        sampler = DistributedSampler(steps, num_replicas=1, rank=0, shuffle=False) if own else None
-        return DataLoader(steps, batch_size=None, shuffle=False, sampler=sampler, num_workers=0)
+        return _loader(epoch.steps)
+
+    def step_done(self, index: int, simulator_kept: bool) -> None:
+        """GenEnvModule reports each training step of the epoch. D_env gains a step's simulator samples only
+        when that step was kept (not undone by the KL cap, not skipped as non-finite): replay must not draw
+        what the simulator never learned from. (The same on every rank: the decision is all-reduced.)"""
+        if simulator_kept and index < len(self._env_by_step):
+            self.pools.env.extend(self._env_by_step[index])
+        self.steps_left = max(self.steps_left - 1, 0)
+
+    def _refuse_mid_epoch(self) -> None:
+        """A checkpoint taken within an epoch (SLURM requeue's hpc_ckpt, every_n_train_steps, OnExceptionCheckpoint)
+        cannot resume exactly: the rest of the epoch's steps come from rollouts that no checkpoint holds."""
+        if self.steps_left:
+            raise ConfigError(f"checkpoint {self.trainer.ckpt_path} was taken mid-epoch ({self.steps_left} steps of "
+                              f"epoch {self.generated_through} had not run), and the rest of an epoch's steps come "
+                              f"from rollouts that no checkpoint holds; resume from a checkpoint taken at the end of "
+                              f"an epoch (ModelCheckpoint with save_on_train_epoch_end: true, e.g. its last.ckpt)")
+
+    @property
+    def budget_spent(self) -> bool:
+        """The agent has rolled out data.coevo.agent_task_budget training tasks: training is over."""
+        return self.cfg.agent_task_budget is not None and self.tasks_seen >= self.cfg.agent_task_budget
 
     def val_dataloader(self) -> DataLoader:
         return self._task_loader(self.eval_tasks())
@@ -121,263 +157,18 @@ class GenEnvDataModule(L.LightningDataModule):
         return DataLoader([t.to_dict() for t in tasks], batch_size=self.cfg.eval_batch_size, shuffle=False,
                           collate_fn=_collate_tasks)
 
-    # ---- one epoch of generation --------------------------------------------------------
-    def generate_epoch(self) -> list[dict[str, Any]]:
-        trainer = self.trainer
-        module = trainer.lightning_module
-        curriculum = _find_curriculum(trainer)
-        progress = _find_progress(trainer)
-        epoch = trainer.current_epoch
-        cfg = self.cfg
-        # Several ranks (DDP/FSDP): all draw the same plan from the shared rng, each generates and
-        # rolls out its shard, then the results that must be global are exchanged (one process: as is).
-        sync = RankSync(trainer)
-        # An epoch's sampling noise (and its updates') is drawn from (seed, epoch, rank) alone, not from
-        # torch's generator as whatever ran before left it: an evaluation draws from it (each DataLoader
-        # iterator takes a seed), and a resumed run starts it afresh. So evaluating more or less often,
-        # or resuming from a checkpoint, does not change what is trained on; ranks get noise of their own.
-        torch.manual_seed(epoch_seed(self.seed, epoch, sync.rank))
-        t0 = time.perf_counter()
-
-        seeds_all = self.env.seed_tasks()
-        # The sampler's log-probs are read only as GRPO's old log-probs, and only where they are not recomputed.
-        sampler_logprobs = not module.uses_recomputed_old_logp()
-        sim_params = replace(cfg.sim_sampling, n=cfg.num_generations_per_prompt, logprobs=sampler_logprobs)
-        seeds: list[Task] = []
-        planned: list[tuple[Task, str]] = []
-        if cfg.variant == "static":  # a fixed set generated once; the simulator is not used again
-            planned = [(t, "static") for t in self._static_sample(module, seeds_all, sim_params, progress, sync)]
-        else:
-            seeds = self.rng.sample(seeds_all, k=min(cfg.seeds_per_epoch, len(seeds_all)))
-        planned += [(t, "base") for t in self.rng.sample(seeds_all, k=min(cfg.base_tasks_per_epoch, len(seeds_all)))]
-        planned += [(t, "replay") for t in self.pools.sample_train_tasks(self.rng, cfg.replay_tasks_per_epoch)]
-        trains_simulator = cfg.variant in ("genenv", "no-band")
-        env_replay = self.pools.sample_env(self.rng, module.rwr.replay_per_epoch) if trains_simulator else []
-        # Step order is shuffled per rank; drawn here so that the shared rng stays identical on all ranks.
-        step_rng = random.Random(self.rng.getrandbits(64) + sync.rank) if sync.distributed else self.rng
-        batches = [] if cfg.variant == "static" else self._generate_sharded(module, seeds, self.success_rates, sim_params,
-                                                                           progress, sync)
-
-        agent = module.for_generation("agent")  # FSDP: gathers the weights (all ranks), then samples locally
-        with sync.guard() as failure:  # this rank's share: rollouts, rewards, p_hat, new pool entries, steps
-            work: list[tuple[Task, str, int | None]] = [(t, "fresh", i) for i, b in enumerate(batches) for t in b.tasks]
-            work += [(t, source, None) for t, source in sync.shard(planned)]
-            work = work[: self._budget_left(sync)]
-            groups = rollout(self.env, agent, module.backend, work,
-                             replace(cfg.agent_sampling, n=cfg.group_size, logprobs=sampler_logprobs), progress, cfg.max_seq_len)
-            gen_seconds = time.perf_counter() - t0
-
-            for b in batches:
-                b.task_p_hat = [None] * len(b.tasks)
-            for g in groups:
-                if g.seed_index is not None:
-                    b = batches[g.seed_index]
-                    b.successes.extend(g.successes)
-                    b.task_p_hat[_index(b.tasks, g.task)] = float(success_rate(torch.tensor(g.successes)))
-            rates: dict[str, float] = {}
-            for b in batches:
-                if b.successes:
-                    b.p_hat = float(success_rate(torch.tensor(b.successes)))
-                    old = rates.get(b.seed.id, self.success_rates.get(b.seed.id))
-                    rates[b.seed.id] = b.p_hat if old is None else cfg.success_ema * old + (1 - cfg.success_ema) * b.p_hat
-            curriculum.score(batches)  # sets r_env and in_band on each seed batch and each task
-            if cfg.variant == "no-band":
-                for b in batches:
-                    b.in_band = b.p_hat is not None
-                    b.task_in_band = [p is not None for p in b.task_p_hat]
-
-            new = Pools()
-            for g in groups:
-                if g.source == "fresh":
-                    new.add_train(epoch, g.task, g.rewards, [r.text for r in g.rollouts] if cfg.keep_rollout_text else None)
-            sim_samples = _simulator_samples(batches, cfg.difficulty_unit) if trains_simulator else []
-            for s in sim_samples:
-                new.add_env(epoch, s.batch.seed.id, s.batch.prompt, s.generation.text, s.p_hat, s.r_env)
-            sim_samples += [_replayed(module.simulator, e) for e in sync.shard(env_replay)]  # (not added to D_env again)
-
-            old_logprobs = module.old_logprobs if module.uses_recomputed_old_logp() else None
-            steps, zero_std_frac = self._build_steps(groups, sim_samples, module.agent.pad_id, module.simulator.pad_id,
-                                                     module.advantages, step_rng, module.grpo.num_iterations, old_logprobs)
-            shown_batches, shown_groups = _lite(batches, groups) if sync.distributed else (batches, groups)
-            mine = {"rates": rates, "train": new.train, "env": new.env, "batches": shown_batches, "groups": shown_groups,
-                    "zero_std": round(zero_std_frac * max(len(groups), 1)), "steps": len(steps), "seconds": gen_seconds,
-                    "overlong": len(work) - len(groups)}
-
-        # Global: success rates, pools (rank order: every rank holds the same pools), metrics, step count.
-        parts = sync.exchange(mine if failure.error is None else None, failure, "agent rollouts")
-        all_batches, all_groups = [], []
-        for part in parts:
-            self.success_rates.update(part["rates"])
-            self.pools.train.extend(part["train"])
-            self.pools.env.extend(part["env"])
-            offset = len(all_batches)
-            all_batches += part["batches"]
-            all_groups += [g if g.seed_index is None or not offset else replace(g, seed_index=g.seed_index + offset)
-                           for g in part["groups"]]
-        # RWR weights: mean 1 over the epoch's whole simulator update, every rank's in-band samples (as
-        # Algorithm 1 weighs the epoch's set) and the D_env replay, not over each step's chunk on its own.
-        update_r_env = torch.tensor([e["r_env"] for part in parts for e in part["env"]] + [e["r_env"] for e in env_replay])
-        for step in steps:
-            if step["sim"] is not None:
-                step["sim"]["weights"] = rwr_weights(step["sim"]["r_env"], module.rwr.rwr_lambda, over=update_r_env)
-        self.tasks_seen += len(all_groups)
-        zero_std_frac = sum(p["zero_std"] for p in parts) / max(len(all_groups), 1)
-        gen_seconds = max(p["seconds"] for p in parts)
-        # Every rank runs as many training steps (DDP/FSDP collectives in backward): pad with empty
-        # steps, in which GenEnvModule.training_step still joins the other ranks' gradient reduction.
-        steps += [{"agent": None, "sim": None} for _ in range(max(p["steps"] for p in parts) - len(steps))]
-        self.last_round = RoundStats(epoch, all_batches, all_groups,
-                                     self._metrics(all_batches, all_groups, zero_std_frac, gen_seconds,
-                                                   sum(p.get("overlong", 0) for p in parts),
-                                                   sum(len(p["env"]) for p in parts), curriculum.alpha))
-        return steps
-
-    @property
-    def budget_spent(self) -> bool:
-        """The agent has rolled out data.coevo.agent_task_budget training tasks: training is over."""
-        return self.cfg.agent_task_budget is not None and self.tasks_seen >= self.cfg.agent_task_budget
-
-    def _budget_left(self, sync: RankSync) -> int | None:
-        """How many tasks this rank may still roll out (None: no budget): what is left of the budget,
-        split over the ranks as evenly as it goes (the lower ranks take the remainder)."""
-        if self.cfg.agent_task_budget is None:
-            return None
-        left = max(self.cfg.agent_task_budget - self.tasks_seen, 0)
-        return left // sync.world + (sync.rank < left % sync.world) if sync.distributed else left
-
-    def _generate_sharded(self, module, seeds: list[Task], success_rates: dict[str, float], sim_params, progress,
-                          sync: RankSync) -> list[SeedBatch]:
-        """Simulator variations of this rank's shard of `seeds`. With several ranks, a task that
-        another rank's simulator also wrote this epoch (or that equals any seed) counts once, as
-        within one rank: the lowest rank keeps it, the others count a duplicate."""
-        batches: list[SeedBatch] = []
-        simulator = module.for_generation("simulator")  # FSDP: gathers the weights (all ranks), then samples locally
-        with sync.guard() as failure:
-            batches = generate_tasks(self.env, simulator, module.backend, sync.shard(seeds), success_rates, sim_params,
-                                     progress, self.cfg.max_seq_len)
-        if sync.distributed:
-            keys = sync.exchange([self.env.task_key(t) for b in batches for t in b.tasks], failure, "simulator generation")
-            known = {self.env.task_key(s) for s in seeds}.union(*keys[: sync.rank])
-            for b in batches:
-                kept = [(t, g) for t, g in zip(b.tasks, b.task_generations) if self.env.task_key(t) not in known]
-                b.duplicates += len(b.tasks) - len(kept)
-                b.tasks, b.task_generations = [t for t, _ in kept], [g for _, g in kept]
-        return batches
-
-    def _static_sample(self, module, seeds_all: list[Task], sim_params, progress, sync: RankSync) -> list[Task]:
-        """The "static" ablation: K variations of every seed, generated once (first epoch) by the
-        initial simulator and kept in D_train; each epoch trains on as many of them as GenEnv's
-        seeds_per_epoch x K fresh tasks."""
-        if self.static_tasks is None:
-            batches = self._generate_sharded(module, seeds_all, {}, sim_params, progress, sync)
-            tasks = [t for b in batches for t in b.tasks]
-            if sync.distributed:  # every rank holds the whole set, in rank order
-                tasks = [Task.from_dict(d) for part in sync.exchange([t.to_dict() for t in tasks]) for d in part]
-            for t in tasks:
-                self.pools.add_train(self.trainer.current_epoch, t, [], None)
-            self.static_tasks = [t.to_dict() for t in tasks]
-        n = min(self.cfg.seeds_per_epoch * self.cfg.num_generations_per_prompt, len(self.static_tasks))
-        return [Task.from_dict(d) for d in self.rng.sample(self.static_tasks, k=n)]
-
-    def _build_steps(self, groups: list[Group], sim_samples: list["SimSample"], agent_pad: int, sim_pad: int,
-                     advantages: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-                     rng: random.Random | None = None, iterations: int = 1,
-                     old_logprobs: Callable[[list[dict[str, torch.Tensor]]], list[torch.Tensor]] | None = None):
-        """The epoch's optimizer steps: GRPO groups with their advantages (`GenEnvModule.advantages`) in
-        chunks of agent_batch_size, each chunk `iterations` times in a row (`grpo.num_iterations`),
-        simulator samples in chunks of sim_batch_size. `old_logprobs` (`GenEnvModule.old_logprobs`, when
-        `grpo.old_logp` recomputes) replaces the sampler's log-probs of each agent batch. Each batch carries the
-        temperature its text was sampled at (a 0-d tensor, as every value of a batch is a tensor): the
-        training forward passes divide the logits by it."""
-        cfg = self.cfg
-        rng = rng or self.rng
-        agent_groups, zero = [], 0
-        for g in groups:
-            adv, zero_std = advantages(torch.tensor([g.rewards], dtype=torch.float32))
-            zero += int(zero_std.item())
-            if zero_std.item() and cfg.drop_zero_std_groups:
-                continue
-            agent_groups.append((g, adv[0]))
-        rng.shuffle(agent_groups)
-        rng.shuffle(sim_samples)
-        agent_chunks = [agent_groups[i : i + cfg.agent_batch_size] for i in range(0, len(agent_groups), cfg.agent_batch_size)]
-        sim_chunks = [sim_samples[i : i + cfg.sim_batch_size] for i in range(0, len(sim_samples), cfg.sim_batch_size)]
-        packed = []
-        for chunk in agent_chunks:
-            rows = [(r, a) for g, adv in chunk for r, a in zip(g.rollouts, adv.tolist())]
-            batch = pack([r.prompt_ids for r, _ in rows], [r.response_ids for r, _ in rows], agent_pad,
-                         [r.logprobs for r, _ in rows])
-            batch["advantages"] = torch.tensor([a for _, a in rows], dtype=torch.float32)
-            batch["temperature"] = torch.tensor(cfg.agent_sampling.temperature, dtype=torch.float32)
-            packed.append(batch)
-        if old_logprobs is not None and packed:
-            for batch, logp in zip(packed, old_logprobs(packed)):
-                batch["old_logp"] = logp
-        agent_batches = [b for b in packed for _ in range(iterations)]  # packed once, stepped on `iterations` times in a row
-        n_steps = max(len(agent_batches), len(sim_chunks), 1)  # an empty epoch still runs (and logs) one step
-        steps = []
-        for i in range(n_steps):
-            step: dict[str, Any] = {"agent": None, "sim": None}
-            if i < len(agent_batches):
-                step["agent"] = agent_batches[i]
-            if i < len(sim_chunks):
-                gens = [s.generation for s in sim_chunks[i]]
-                step["sim"] = pack([g.prompt_ids for g in gens], [g.response_ids for g in gens], sim_pad,
-                                   [g.logprobs for g in gens])
-                step["sim"]["r_env"] = torch.tensor([s.r_env for s in sim_chunks[i]], dtype=torch.float32)
-                step["sim"]["temperature"] = torch.tensor(cfg.sim_sampling.temperature, dtype=torch.float32)
-            steps.append(step)
+    def _build_steps(self, groups: list[Group], sim_samples: list[SimSample], agent_pad: int, sim_pad: int,
+                     advantages, rng: random.Random | None = None, iterations: int = 1, old_logprobs=None):
+        """`epoch.build_steps` with this data module's settings: (steps, fraction of groups without spread)."""
+        steps, _, zero = build_steps(self.cfg, groups, sim_samples, (agent_pad, sim_pad), advantages, rng or self.rng,
+                                     iterations, old_logprobs)
         return steps, zero / max(len(groups), 1)
-
-    def _metrics(self, batches: list[SeedBatch], groups: list[Group], zero_std_frac: float, seconds: float,
-                 overlong: int = 0, sim_samples: int = 0, alpha: float = 0.5) -> dict[str, float]:
-        scored = [b for b in batches if b.p_hat is not None]
-        n_gen = sum(len(b.generations) + b.invalid.get("overlong_prompt", 0) for b in batches)
-        n_invalid = sum(sum(b.invalid.values()) for b in batches)
-        fresh = [t for b in batches for t in b.tasks] + [g.task for g in groups if g.source == "static"]
-        static = [s for g in groups if g.source == "static" for s in g.successes]
-        tokens = sum(len(g.response_ids) for b in batches for g in b.generations)
-        tokens += sum(len(r.response_ids) for g in groups for r in g.rollouts)
-        mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
-        task_p = [p for b in batches for p in b.task_p_hat if p is not None]
-        checks: dict[str, list[float]] = {}  # what the environment measured on each generated task
-        for t in fresh:
-            for name, value in (t.meta.get("checks") or {}).items():
-                checks.setdefault(name, []).append(float(value))
-        reasons: dict[str, int] = {}
-        for b in batches:
-            for r, c in b.invalid.items():
-                reasons[r] = reasons.get(r, 0) + c
-        return {
-            **{f"coevo/invalid/{r}": c / max(n_gen, 1) for r, c in reasons.items()},
-            **{f"coevo/check/{name}": mean(values) for name, values in checks.items()},
-            # static ablation: the same quantity over its fixed tasks (no seed batches, no simulator)
-            "coevo/success_rate": mean([b.p_hat for b in scored]) if not static else mean([float(x) for x in static]),
-            "coevo/alpha_reward": mean([b.r_env for b in scored]),
-            "coevo/in_band_frac": mean([float(b.in_band) for b in scored]),
-            # per generated task, from its own G rollouts (what difficulty_unit "task" scores)
-            "coevo/task_success_rate": mean(task_p),
-            "coevo/task_in_band_frac": mean([float(ok) for b in batches for p, ok in zip(b.task_p_hat, b.task_in_band)
-                                             if p is not None]),
-            "coevo/task_alpha_gap": mean([abs(p - alpha) for p in task_p]),
-            "coevo/sim_samples": float(sim_samples),
-            "coevo/invalid_rate": n_invalid / max(n_gen, 1),
-            "coevo/duplicate_rate": sum(b.duplicates for b in batches) / max(n_gen, 1),
-            "coevo/difficulty": mean([t.difficulty for t in fresh]),
-            "coevo/valid_tasks": float(len(fresh)),
-            "coevo/overlong_tasks": float(overlong),  # agent prompts past max_seq_len: not rolled out
-            "agent/zero_std_frac": zero_std_frac,
-            "agent/train_reward": mean([r for g in groups for r in g.rewards]),
-            "agent/tasks_seen": float(self.tasks_seen),
-            "perf/rollout_tokens_per_s": tokens / max(seconds, 1e-9),
-            "perf/generation_seconds": seconds,
-        }
 
     # ---- checkpointing: pools and per-seed statistics survive a restart ----------------
     def state_dict(self) -> dict[str, Any]:
         return {"pools": self.pools.state_dict(), "success_rates": dict(self.success_rates),
                 "rng": _rng_to_list(self.rng.getstate()), "static_tasks": self.static_tasks,
-                "tasks_seen": self.tasks_seen, "generated_through": self.generated_through}
+                "tasks_seen": self.tasks_seen, "generated_through": self.generated_through, "steps_left": self.steps_left}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pools.load_state_dict(state["pools"])
@@ -386,50 +177,11 @@ class GenEnvDataModule(L.LightningDataModule):
         self.static_tasks = state.get("static_tasks")
         self.tasks_seen = state.get("tasks_seen", 0)
         self.generated_through = state.get("generated_through", -1)
+        self.steps_left = state.get("steps_left", 0)
 
 
-@dataclass
-class SimSample:
-    """One simulator generation that enters the RWR update, with the difficulty score it earned."""
-
-    batch: SeedBatch | None  # None: replayed from D_env
-    generation: Any
-    p_hat: float
-    r_env: float
-
-
-def _simulator_samples(batches: list[SeedBatch], unit: str) -> list[SimSample]:
-    """The in-band simulator generations of the epoch. "seed_batch" (the paper): every valid variation
-    of an in-band seed batch, scored by the batch's p_hat. "task": each variation in band by its own."""
-    if unit == "task":
-        return [SimSample(b, g, p, r) for b in batches
-                for g, p, r, ok in zip(b.task_generations, b.task_p_hat, b.task_r_env, b.task_in_band) if ok]
-    return [SimSample(b, g, b.p_hat, b.r_env) for b in batches if b.in_band for g in b.task_generations]
-
-
-def _replayed(simulator, entry: dict[str, Any]) -> SimSample:
-    """A D_env entry as a sample of this epoch's simulator update, with its stored p_hat and R_env. Its
-    prompt and text are tokenized again (the text closed by EOS: only finished generations became tasks);
-    it has no sampling log-probs (NaN)."""
-    prompt_ids, response_ids = simulator.encode([entry["prompt"], entry["text"]])
-    response_ids = response_ids + [simulator.eos_id]
-    generation = Generation(prompt_ids, response_ids, entry["text"], [math.nan] * len(response_ids), True)
-    return SimSample(None, generation, entry["p_hat"], entry["r_env"])
-
-
-def _index(tasks: list[Task], task: Task) -> int:
-    """Position of `task` (the very object) in its seed batch's task list."""
-    return next(i for i, t in enumerate(tasks) if t is task)
-
-
-def _lite(batches: list[SeedBatch], groups: list[Group]) -> tuple[list[SeedBatch], list[Group]]:
-    """Copies for other ranks (metrics, sample tables): without token ids of prompts and log-probs."""
-    def strip(g):
-        return replace(g, prompt_ids=[], logprobs=[])
-
-    return ([replace(b, generations=[strip(g) for g in b.generations], task_generations=[strip(g) for g in b.task_generations])
-             for b in batches],
-            [replace(g, rollouts=[strip(r) for r in g.rollouts]) for g in groups])
+def _loader(steps: list[Step]) -> DataLoader:
+    return DataLoader(Steps(steps), batch_size=None)
 
 
 def _rng_to_list(state) -> list:
@@ -442,17 +194,7 @@ def _rng_from_list(state) -> tuple:
     return (version, tuple(internal), gauss)
 
 
-def _find_curriculum(trainer):
-    from callbacks.alpha_curriculum import AlphaCurriculumCallback
-
-    for cb in trainer.callbacks:
-        if isinstance(cb, AlphaCurriculumCallback):
-            return cb
-    raise RuntimeError("GenEnvDataModule needs an AlphaCurriculumCallback in trainer.callbacks "
-                       "(it scores seed batches for the simulator update)")
-
-
-def _find_progress(trainer):
+def _progress(trainer):
     """Every callback with an `on_rollout_progress(trainer, phase, done, total)` hook, called in order."""
     cbs = [cb for cb in trainer.callbacks if hasattr(cb, "on_rollout_progress")]
     if not cbs:

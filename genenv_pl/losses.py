@@ -39,10 +39,17 @@ def clipped_surrogate(logp: Tensor, logp_old: Tensor, advantages: Tensor, mask: 
     `advantages` is [B] (one per sequence) or [B, T]."""
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
-    ratio = torch.exp(logp - logp_old)
+    ratio = importance_ratio(logp, logp_old)
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
     return -masked_mean(torch.minimum(unclipped, clipped), mask, n_tokens)
+
+
+def importance_ratio(logp: Tensor, logp_old: Tensor, log_clamp: float = 20.0) -> Tensor:
+    """rho = exp(logp - logp_old) per token, the log-ratio clamped to [-20, 20] before exp (verl's clamp):
+    above ~88 exp overflows fp32, and inf times a negative (or zero) advantage makes the loss inf (or NaN)
+    and skips the whole step. Past e^20 the clip in the surrogate has long taken over anyway."""
+    return torch.exp(torch.clamp(logp - logp_old, min=-log_clamp, max=log_clamp))
 
 
 def low_var_kl(logp: Tensor, logp_ref: Tensor, clamp: float = 10.0, d_clamp: float = 20.0) -> Tensor:
@@ -98,7 +105,7 @@ def clip_active(logp: Tensor, logp_old: Tensor, advantages: Tensor, clip_eps: fl
     interval on the other side of the advantage is not clipped."""
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
-    ratio = torch.exp(logp - logp_old)
+    ratio = importance_ratio(logp, logp_old)
     return ((ratio > 1.0 + clip_eps) & (advantages > 0)) | ((ratio < 1.0 - clip_eps) & (advantages < 0))
 
 

@@ -11,10 +11,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
-import math
-import os
-from collections import defaultdict
 from typing import Any
 
 import lightning as L
@@ -22,10 +18,13 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info
 
-from genenv_pl.backends import SamplingParams, make_backend
+from genenv_pl.backends import make_backend
 from genenv_pl.batching import Step, split_rows
 from genenv_pl.config import GRPOConfig, RWRConfig
 from genenv_pl.distributed import compute_copy, full_state_dict, shard_module, sharding
+from genenv_pl.epoch import Learner
+from genenv_pl.evaluation import (EvalSettings, act, answer, eval_metrics, format_table, start_line, table_scalars,
+                                  test_table, write_results)
 from genenv_pl.losses import GRPOTerms, RWRTerms, group_advantages, grpo_loss, low_var_kl, rwr_loss
 from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base, resolve_model_path, trained_policy
 from genenv_pl.policy import Policy, causal_logprobs
@@ -98,6 +97,21 @@ class GenEnvModule(L.LightningModule):
         # The frozen references are rebuilt from the config (they are the starting policies), never saved.
         self.register_state_dict_post_hook(_drop_references)
         self.register_load_state_dict_post_hook(_references_not_missing)
+
+    # ---- what the data module gets --------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        # After the callbacks' setup (the curriculum has handed itself over) and before any model is built:
+        # the data module checks here that the run has what the loop depends on.
+        if stage == "fit":
+            self.trainer.datamodule.connect(self.learner())
+
+    def learner(self) -> Learner:
+        """What an epoch's generation needs of the two policies, in one object (`epoch.Learner`)."""
+        return Learner(backend=self.backend, sampling_policy=self.for_generation, policy=lambda role: getattr(self, role),
+                       advantages=self.advantages,
+                       old_logprobs=self.old_logprobs if self.uses_recomputed_old_logp() else None,
+                       autocast=self.autocast, grpo_iterations=self.grpo.num_iterations,
+                       rwr_lambda=self.rwr.rwr_lambda, env_replay=self.rwr.replay_per_epoch)
 
     # ---- models -------------------------------------------------------------------------
     @property
@@ -283,7 +297,8 @@ class GenEnvModule(L.LightningModule):
         """One GRPO step of the agent and one RWR step of the simulator, each on its part of the batch
         (either may be None). `Updater.run` also keeps several ranks in step (`genenv_pl/update.py`)."""
         self.updater.run("agent", batch["agent"], self._agent_step)
-        self.updater.run("sim", batch["sim"], self._sim_step)
+        kept = self.updater.run("sim", batch["sim"], self._sim_step)
+        self.trainer.datamodule.step_done(batch_idx, simulator_kept=kept)  # D_env keeps a kept step's samples
 
     def advantages(self, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """GRPO's group-normalized advantages of [groups, G] rewards (and which groups have zero spread).
@@ -384,40 +399,23 @@ class GenEnvModule(L.LightningModule):
         if getattr(self.trainer.datamodule, "budget_spent", False):
             self.trainer.should_stop = True
 
-    # ---- evaluation ---------------------------------------------------------------------
-    def evaluate_tasks(self, tasks) -> list[dict[str, Any]]:
-        """Greedy agent answers scored by the environment: one row of metrics per task. With
-        `eval_samples` k, each row also has `sampled_accuracy`, the mean accuracy of k sampled answers."""
-        cfg = self.trainer.datamodule.cfg
-        agent = self.for_generation("agent")
-        prompts = [agent.render(self.env.agent_prompt(t)) for t in tasks]
-        gens = self.backend.generate(agent, prompts, SamplingParams(max_new_tokens=cfg.eval_max_new_tokens, greedy=True,
-                                                                    logprobs=False))
-        rows = [{"id": task.id, "group": task.group, "response": g[0].text, **self._score(task, g[0].text)}
-                for task, g in zip(tasks, gens)]
-        if cfg.eval_samples > 0:
-            params = SamplingParams(max_new_tokens=cfg.eval_max_new_tokens, temperature=cfg.agent_sampling.temperature,
-                                    top_p=cfg.agent_sampling.top_p, n=cfg.eval_samples, logprobs=False)
-            for task, row, g in zip(tasks, rows, self.backend.generate(agent, prompts, params)):
-                row["sampled_accuracy"] = sum(self._score(task, s.text)["accuracy"] for s in g) / len(g)
-        return rows
+    # ---- evaluation (genenv_pl/evaluation.py) ------------------------------------------
+    def _eval_settings(self) -> EvalSettings:
+        return EvalSettings.of(self.trainer.datamodule.cfg)
 
-    def _score(self, task, text: str) -> dict[str, float]:
-        try:
-            return self.env.score(task, text)
-        except Exception:  # a scorer must not end an evaluation; count it as a format error
-            return {"accuracy": 0.0, "format_error": 1.0}
+    def _answer(self, tasks) -> list[dict[str, Any]]:
+        return answer(self.env, self.backend, self.for_generation("agent"), tasks, self._eval_settings())
 
     def on_validation_epoch_start(self) -> None:
         self.val_rows: list[dict[str, Any]] = []  # the latest validation's answers and scores, task by task
 
     def validation_step(self, batch, batch_idx: int) -> None:
-        rows = self.evaluate_tasks(batch)
+        rows = self._answer(batch)
         self.val_rows.extend(rows)
         self._log_eval(rows, "val")
 
     def _log_eval(self, rows, prefix: str) -> None:
-        for name, (value, n) in _eval_metrics(rows, prefix).items():
+        for name, (value, n) in eval_metrics(rows, prefix).items():
             self.log(name, value, batch_size=n, on_epoch=True, sync_dist=True)
 
     def on_train_start(self) -> None:
@@ -427,52 +425,32 @@ class GenEnvModule(L.LightningModule):
         # In the validation loop's batches (eval_batch_size, similar lengths together): the backend's own
         # chunks are far larger, and 239 BFCL prompts in one call allocated a 12 GB static KV cache.
         with self.autocast():  # as the validation loop computes
-            rows = [r for batch in self.trainer.datamodule.val_dataloader() for r in self.evaluate_tasks(batch)]
+            rows = [r for batch in self.trainer.datamodule.val_dataloader() for r in self._answer(batch)]
         if not rows:
             return
-        metrics = {name: value for name, (value, _) in _eval_metrics(rows, "val").items()}
+        metrics = {name: value for name, (value, _) in eval_metrics(rows, "val").items()}
         for logger in self.loggers:
             logger.log_metrics(metrics, step=0)
-        rank_zero_info(f"[genenv] starting agent: val/accuracy {metrics['val/accuracy']:.3f} " +
-                       " ".join(f"{k.removeprefix('val/accuracy_')} {v:.2f}" for k, v in sorted(metrics.items())
-                                if k.startswith("val/accuracy_")))
+        rank_zero_info(start_line(metrics))
 
     def test_step(self, batch, batch_idx: int) -> None:
-        rows = self.evaluate_tasks(batch)
+        rows = self._answer(batch)
         self._test_rows.extend(rows)
         self._log_eval(rows, "eval")
 
     def on_test_epoch_end(self) -> None:
         rows, self._test_rows = self._test_rows, []
-        table = _summarize(rows)
-        scores = [{k: v for k, v in r.items() if k not in ("id", "group", "response", "sampled_accuracy")} for r in rows]
-        table["corpus"] = self.env.aggregate(scores)
-        n_episodes = self.trainer.datamodule.cfg.eval_episodes
-        if n_episodes:
-            with self.autocast():  # the agent plays in the precision it was evaluated (and trained) in
-                table["episodes"] = self.env.play(self._act, None if n_episodes < 0 else n_episodes,
-                                                  batch_size=self.trainer.datamodule.cfg.eval_batch_size)
-        lines = [f"{'group':<32} {'n':>6} " + " ".join(f"{k:>14}" for k in table["metrics"])]
-        for g, stats in table["groups"].items():
-            lines.append(f"{g:<32} {stats['n']:>6} " + " ".join(f"{stats[k]:>14.4f}" for k in table["metrics"]))
-        for section in ("corpus", "episodes"):
-            lines += [f"{section}/{k:<40} {v:.4f}" for k, v in table.get(section, {}).items()]
-        rank_zero_info("\n".join(lines))
-        for section in ("corpus", "episodes"):
-            for k, v in table.get(section, {}).items():
-                self.log(f"eval/{section}/{k}", float(v), batch_size=1)
-        out_dir = self.trainer.log_dir or self.trainer.default_root_dir
-        if self.trainer.is_global_zero:
-            os.makedirs(out_dir, exist_ok=True)
-            with open(os.path.join(out_dir, "test_results.json"), "w") as f:
-                json.dump({"env": self.env.name, **table, "rows": rows}, f, indent=1)
-            rank_zero_info(f"[genenv] wrote {os.path.join(out_dir, 'test_results.json')}")
-
-    def _act(self, conversations: list[list[dict[str, str]]]) -> list[str]:
-        """The agent as an interactive player: greedy text for one turn of each conversation."""
-        params = SamplingParams(max_new_tokens=self.trainer.datamodule.cfg.eval_max_new_tokens, greedy=True, logprobs=False)
+        s = self._eval_settings()
         agent = self._replicas.get("agent", self.agent)  # FSDP: the replica test_step loaded (no collective per turn)
-        return [g[0].text for g in self.backend.generate(agent, [agent.render(m) for m in conversations], params)]
+        with self.autocast():  # the agent plays in the precision it was evaluated (and trained) in
+            table = test_table(self.env, rows, s, lambda conversations: act(self.backend, agent, conversations,
+                                                                            s.max_new_tokens))
+        rank_zero_info(format_table(table))
+        for name, value in table_scalars(table).items():
+            self.log(name, value, batch_size=1)
+        if self.trainer.is_global_zero:
+            path = write_results(self.trainer.log_dir or self.trainer.default_root_dir, self.env.name, table, rows)
+            rank_zero_info(f"[genenv] wrote {path}")
 
     # ---- checkpoint ---------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -495,20 +473,6 @@ def _check_strategy(strategy) -> None:
         raise ValueError("GenEnv under DDP needs find_unused_parameters=True (the agent's and the simulator's updates are "
                          "separate backward passes): use --trainer.strategy ddp_find_unused_parameters_true, or "
                          "DDPStrategy with init_args {find_unused_parameters: true}")
-
-
-def _eval_metrics(rows: list[dict[str, Any]], prefix: str) -> dict[str, tuple[float, int]]:
-    """Accuracy, format-error rate and per-group accuracy of evaluated rows: name -> (mean, rows it is over)."""
-    n = len(rows)
-    out = {f"{prefix}/accuracy": (sum(r["accuracy"] for r in rows) / n, n),
-           f"{prefix}/format_error_rate": (sum(r.get("format_error", 0.0) for r in rows) / n, n)}
-    if all("sampled_accuracy" in r for r in rows):
-        out[f"{prefix}/sampled_accuracy"] = (sum(r["sampled_accuracy"] for r in rows) / n, n)
-    groups = defaultdict(list)
-    for r in rows:
-        groups[r["group"]].append(r["accuracy"])
-    out.update({f"{prefix}/accuracy_{g}": (sum(accs) / len(accs), len(accs)) for g, accs in groups.items()})
-    return out
 
 
 def _detached(terms):
@@ -560,20 +524,3 @@ def _require_fp32_masters(policy: Policy | None, role: str, precision: str) -> N
                          f"{precision}), so optimizer steps of size lr round away (no fp32 master weights). Use "
                          f"model.{role}.dtype float32 with trainer.precision bf16-mixed (bf16 compute, fp32 masters), "
                          f"or LoRA (model.{role}.lora.r > 0) over a frozen {low[0]} base, whose adapters are fp32")
-
-
-def _summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    metric_keys = sorted({k for r in rows for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
-    groups: dict[str, list] = defaultdict(list)
-    for r in rows:
-        groups[r["group"]].append(r)
-    groups["overall"] = rows
-
-    def stats(rs):
-        out = {"n": len(rs)}
-        for k in metric_keys:
-            vals = [r[k] for r in rs if k in r and not (isinstance(r[k], float) and math.isnan(r[k]))]
-            out[k] = sum(vals) / len(vals) if vals else float("nan")
-        return out
-
-    return {"metrics": metric_keys, "groups": {g: stats(rs) for g, rs in sorted(groups.items())}}

@@ -12,6 +12,10 @@ recipe (`manual_backward`, clip, `step`, scheduler), with gradient accumulation 
   state are restored, the scheduler does not step, `sim/skipped_kl` counts it;
 - after a step the generation backend is told of the new weights (vLLM; HF: no-op).
 
+Gradients are freed (set to None) as soon as a step is taken, undone or skipped: a role's full
+gradients must not stay in memory through the other role's backward and the next generation phase.
+`run` returns whether the role's step was kept, which decides whether D_env keeps its samples.
+
 Several ranks (DDP, FSDP) hold equal weights only if they take the same steps, so:
 
 1. Every rank comes to `apply` once per role and training step, with or without a batch: a rank
@@ -53,9 +57,12 @@ class Updater:
         self._joined: set[str] = set()  # roles that reached `apply` in this training step
         self._blank: set[str] = set()  # FSDP: roles that run a blank batch on this rank in this step
         self._passes: dict[str, int] = {}  # several ranks: backward passes every rank runs for a role this step
+        self._kept: set[str] = set()  # roles whose optimizer step in this training step was kept (on every rank)
 
-    def run(self, role: str, batch: Batch | None, step: Callable[[Batch], None]) -> None:
-        """One role's part of a training step: `step(batch)` builds the loss and calls `apply`."""
+    def run(self, role: str, batch: Batch | None, step: Callable[[Batch], None]) -> bool:
+        """One role's part of a training step: `step(batch)` builds the loss and calls `apply`. Returns
+        whether the role's optimizer step was kept, the same on every rank (False: no step, skipped or undone)."""
+        self._kept.discard(role)
         self._joined.discard(role)
         self._blank.discard(role)
         self._passes.pop(role, None)
@@ -67,6 +74,7 @@ class Updater:
             step(batch)
         if role not in self._joined and self._sync.distributed:  # rule 1: join the ranks that stepped
             self.apply(role, None)
+        return role in self._kept
 
     def micro_batches(self, role: str, batch: Batch) -> list[Batch]:
         """`batch` in micro-batches of the role's `micro_batch_size` rows (`split_rows`); with several
@@ -144,6 +152,7 @@ class Updater:
         capped = role == "sim" and m.rwr.kl_cap is not None
         snapshot = _snapshot(opt) if capped else None
         opt.step()
+        opt.zero_grad(set_to_none=True)
         if capped and self._over_kl_cap(kl_of_update, own):
             _restore(opt, snapshot)
             m.counters["sim_skipped_kl"] += 1
@@ -153,6 +162,7 @@ class Updater:
         m.backend.sync(policy)  # the generation engine samples from the new weights (vLLM; HF: no-op)
         m.lr_schedulers()[ROLES[role]].step()
         m.counters[f"{role}_updates"] += 1
+        self._kept.add(role)
         return own
 
     # ---- the rules' pieces --------------------------------------------------------------

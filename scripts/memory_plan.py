@@ -473,7 +473,7 @@ def activation_bytes(arch: Arch, rows: int, seq: int, response: int, share: int,
     if ckpt:  # each layer's input kept; one layer recomputed with its full activations
         stored = (L * tokens * h + tokens * unit) * act_bytes
         cache, mask = 0.0, rows * seq * seq
-    elif share > 1:  # rows sharing a prompt run it once (policy.shared_prompt_logprobs); k/v repeated to the rows
+    elif share > 1:  # rows sharing a prompt run it once (shared_prefix.shared_prompt_logprobs); k/v repeated to the rows
         groups = math.ceil(rows / share)
         per_layer = groups * prompt * unit + rows * response * (unit - kv_rep) + rows * seq * kv_rep
         stored = L * per_layer * act_bytes

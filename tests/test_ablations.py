@@ -3,10 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 
 from test_fit import _fit, _tags
+
+FROZEN = {"class_path": "test_ablations.SimulatorWatch"}
 
 
 @pytest.fixture(scope="module")
@@ -18,18 +21,37 @@ def _sim_params(module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in module.simulator.parameters()]
 
 
+class SimulatorWatch(L.Callback):
+    """After every epoch: whether each of the simulator's parameters is bit for bit what it was when
+    training started (after the warm start), not merely whether an update was counted."""
+
+    def on_train_start(self, trainer, module):
+        self.start, self.unchanged = _sim_params(module), []
+
+    def on_train_epoch_end(self, trainer, module):
+        now = _sim_params(module)
+        self.unchanged.append(len(now) == len(self.start) and all(torch.equal(a, b) for a, b in zip(self.start, now)))
+
+
+def _watch(cli) -> SimulatorWatch:
+    (watch,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, SimulatorWatch)]
+    return watch
+
+
 def test_genenv_random_generates_every_epoch_but_never_trains_the_simulator(tmp_path, cache):
-    cli = _fit(tmp_path, cache, 2, "--data.coevo.variant", "genenv-random")
+    cli = _fit(tmp_path, cache, 2, "--data.coevo.variant", "genenv-random", extra_callbacks=[FROZEN])
     dm, module = cli.datamodule, cli.model
     assert module.counters["sim_updates"] == 0 and module.counters["agent_updates"] >= 1
+    assert _watch(cli).unchanged == [True, True]  # the simulator's weights, bit for bit, after every epoch
     assert dm.pools.env == []  # no simulator samples are kept for a simulator that does not learn
     assert {e["epoch"] for e in dm.pools.train} == {0, 1}  # fresh tasks every epoch
 
 
 def test_static_generates_once_then_trains_the_agent_on_the_fixed_set(tmp_path, cache):
-    cli = _fit(tmp_path, cache, 3, "--data.coevo.variant", "static")
+    cli = _fit(tmp_path, cache, 3, "--data.coevo.variant", "static", extra_callbacks=[FROZEN])
     dm, module = cli.datamodule, cli.model
     assert module.counters["sim_updates"] == 0 and module.counters["agent_updates"] >= 2
+    assert _watch(cli).unchanged == [True, True, True]
     fixed = {t["id"] for t in dm.static_tasks}
     assert fixed and len(dm.pools.train) == len(fixed)  # the set is added to D_train once, not per epoch
     assert {e["epoch"] for e in dm.pools.train} == {0}
@@ -58,9 +80,11 @@ def test_unknown_variant_names_the_key(tmp_path, cache, capsys):
 
 
 def test_tasks_seen_counts_every_rolled_out_training_task(tmp_path, cache):
-    cli = _fit(tmp_path, cache, 2)
+    cli = _fit(tmp_path, cache, 2, extra_callbacks=[FROZEN])
     dm = cli.datamodule
     assert dm.tasks_seen > 0 and dm.last_round.metrics["agent/tasks_seen"] == dm.tasks_seen
+    # the full method trains the simulator: the watch of the two ablations above does see a change
+    assert cli.model.counters["sim_updates"] >= 1 and _watch(cli).unchanged[-1] is False
 
 
 def test_per_task_fit_trains_the_simulator_on_its_in_band_tasks_only(tmp_path, cache):

@@ -208,3 +208,43 @@ def test_micro_batch_terms_with_the_steps_counts_add_up_to_the_whole_batch(split
         naive = sum(rwr_loss(logp[s], ref[s], weights[s], mask[s], 0.3).loss.item()
                     for s in (slice(a, a + n) for a, n in zip([sum(split[:k]) for k in range(len(split))], split)))
         assert naive != pytest.approx(whole_r.loss.item(), abs=1e-3)
+
+
+# ---- the KL term's direction (logp_ref != logp: with equal log-probs any sign error would pass) ----
+@pytest.mark.parametrize("p, p_ref", [(0.5, 0.25), (0.25, 0.5), (0.1, 0.9), (0.9, 0.1)])
+def test_kl_term_has_the_hand_computed_value_and_pulls_the_policy_to_the_reference(p, p_ref):
+    """k3 with d = logp_ref - logp: exp(d) - d - 1. Swapping the arguments gives another value whenever
+    p != p_ref (0.193 against 0.307 at 0.5 / 0.25), and the gradient of the loss moves logp towards logp_ref."""
+    logp, logp_ref = torch.log(torch.tensor([[p]])), torch.log(torch.tensor([[p_ref]]))
+    d = math.log(p_ref) - math.log(p)
+    expected, swapped = math.exp(d) - d - 1, math.exp(-d) + d - 1
+    assert expected != pytest.approx(swapped, abs=1e-3)
+    mask, zero = torch.ones(1, 1), torch.zeros(1, 1)
+    for kl_coef in (0.1, 1.0):
+        lp = logp.clone().requires_grad_(True)
+        t = grpo_loss(lp, lp.detach(), logp_ref, zero, torch.tensor([0.0]), mask, kl_coef=kl_coef, entropy_coef=0.0)
+        assert t.kl.item() == pytest.approx(expected, rel=1e-5)
+        assert t.loss.item() == pytest.approx(kl_coef * expected, rel=1e-5)  # zero advantage: the KL term alone
+        t.loss.backward()
+        assert torch.sign(-lp.grad).item() == math.copysign(1.0, math.log(p_ref) - math.log(p))  # descent moves to ref
+    r = rwr_loss(logp, logp_ref, torch.tensor([1.0]), mask, kl_coef=0.5)
+    assert r.kl.item() == pytest.approx(expected, rel=1e-5)
+    assert r.loss.item() == pytest.approx(-math.log(p) + 0.5 * expected, rel=1e-5)
+
+
+# ---- the surrogate's ratio at extreme log-ratios (defect: only the KL was clamped in log space) ----
+@pytest.mark.parametrize("d", [100.0, 89.0, 1000.0, -100.0, -1000.0])
+@pytest.mark.parametrize("adv", [1.0, -1.0, 0.0])
+def test_clipped_surrogate_is_finite_forward_and_backward_at_extreme_log_ratios(d, adv):
+    """exp(logp - logp_old) overflows fp32 above a log-ratio of about 88: inf times a negative advantage
+    made the loss inf (and inf times 0, NaN), and the whole step was skipped. The log-ratio is clamped
+    before exp, as the KL's is."""
+    logp = torch.tensor([[d, 0.0]], requires_grad=True)
+    logp_old, mask = torch.zeros(1, 2), torch.tensor([[1.0, 0.0]])
+    for loss in (clipped_surrogate(logp, logp_old, torch.tensor([adv]), mask, 0.2),
+                 grpo_loss(logp, logp_old, None, torch.zeros(1, 2), torch.tensor([adv]), mask).loss):
+        assert torch.isfinite(loss), (d, adv, loss)
+        logp.grad = None
+        loss.backward()
+        assert torch.isfinite(logp.grad).all(), (d, adv, logp.grad)
+    assert torch.isfinite(grpo_loss(logp, logp_old, None, torch.zeros(1, 2), torch.tensor([adv]), mask).clip_frac)

@@ -6,7 +6,8 @@ import contextlib
 import torch
 
 from genenv_pl.backends.base import Generation, GenerationBackend, SamplingParams
-from genenv_pl.policy import Policy, _cache_kwarg
+from genenv_pl.policy import Policy
+from genenv_pl.shared_prefix import cache_kwarg
 
 
 class HFBackend(GenerationBackend):
@@ -75,7 +76,7 @@ class HFBackend(GenerationBackend):
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         cache = self._shared_prefill(policy.model, input_ids, attention_mask, T + params.max_new_tokens)
         if cache is not None:
-            cache_args = {_cache_kwarg(policy.model): cache}
+            cache_args = {cache_kwarg(policy.model): cache}
         else:
             cache_args = {"cache_implementation": "static"} if self.cache == "static" else {}
         if self.cache == "static":
@@ -143,7 +144,7 @@ class HFBackend(GenerationBackend):
         cache = StaticCache(config=base.config, max_cache_len=max_len) if self.cache == "static" else DynamicCache()
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # as `generate` numbers left-padded rows
         model(input_ids=uniq[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], use_cache=True,
-              logits_to_keep=1, **{_cache_kwarg(model): cache})
+              logits_to_keep=1, **{cache_kwarg(model): cache})
         for layer in cache.layers:  # every row gets its prompt's keys and values (the copy is the prefill's cost / n)
             layer.keys, layer.values = layer.keys[inverse], layer.values[inverse]
             layer.batch_size = len(inverse)

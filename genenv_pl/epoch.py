@@ -1,0 +1,310 @@
+"""One co-evolution epoch, as the paper's Algorithm 1, in named stages over plain data:
+
+    plan -> generate -> roll out -> score (p_hat, R_env, band) -> pools -> build steps
+
+`run_epoch` runs them in that order; `GenEnvDataModule.train_dataloader` calls it once per epoch and
+returns its steps, which `GenEnvModule.training_step` takes one at a time. What an epoch needs of the two
+policies comes in one object, `Learner` (`GenEnvModule.learner`); R_env and the band come from the
+curriculum callback (`Curriculum`). Several ranks agree at one seam, `RankSeam` (genenv_pl/seam.py):
+shard in before the work, exchange out after it. The stages know nothing of ranks, nor of Lightning.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, ContextManager, Protocol
+
+import torch
+from torch import Tensor
+
+from genenv_pl.backends.base import Generation, GenerationBackend, SamplingParams
+from genenv_pl.batching import Step, pack
+from genenv_pl.coevo import Group, Progress, SeedBatch, generate_tasks, rollout
+from genenv_pl.config import CoevoConfig
+from genenv_pl.curriculum import rwr_weights, success_rate
+from genenv_pl.envs import Environment, Task
+from genenv_pl.epoch_metrics import epoch_metrics
+from genenv_pl.policy import Policy
+from genenv_pl.pools import Pools, env_entry, train_entry
+from genenv_pl.seam import Part, RankSeam
+
+Batch = dict[str, Tensor]
+
+
+@dataclass(frozen=True)
+class Learner:
+    """What an epoch needs of the two policies, handed to the data module by `GenEnvModule.learner()` at
+    fit start; the data module reads nothing else of the module."""
+
+    backend: GenerationBackend
+    sampling_policy: Callable[[str], Policy]  # role -> the policy to sample from (FSDP: a collective, every rank)
+    policy: Callable[[str], Policy]  # role -> the trained policy, for its tokenizer (pad id, D_env replay)
+    advantages: Callable[[Tensor], tuple[Tensor, Tensor]]  # GRPO's, of [groups, G] rewards (and zero-spread groups)
+    old_logprobs: Callable[[list[Batch]], list[Tensor]] | None  # grpo.old_logp "recompute"; None: the sampler's
+    autocast: Callable[[], ContextManager]  # the training precision's, which generation computes under too
+    grpo_iterations: int = 1
+    rwr_lambda: float = 1.0
+    env_replay: int = 0  # D_env samples replayed into each epoch's simulator update
+
+
+class Curriculum(Protocol):
+    """The alpha-curriculum (`callbacks.AlphaCurriculumCallback`)."""
+
+    def score(self, batches: list[SeedBatch], band: bool = True) -> None: ...
+
+    def zone_metrics(self, batches: list[SeedBatch]) -> dict[str, float]: ...
+
+
+@dataclass
+class EpochState:
+    """What carries over between epochs (the data module's, saved in its checkpoints). The stages read it
+    and draw from its rng; `Epoch` holds what it gains."""
+
+    rng: random.Random
+    pools: Pools
+    success_rates: dict[str, float]
+    static_tasks: list[dict] | None
+    tasks_seen: int
+
+
+@dataclass
+class RoundStats:
+    """What one epoch's generation produced; read by the callbacks for logging."""
+
+    epoch: int
+    batches: list[SeedBatch] = field(default_factory=list)
+    groups: list[Group] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Epoch:
+    steps: list[Step]  # this rank's
+    env_by_step: list[list[dict]]  # each step's D_env entries, every rank's: D_env keeps them when that step is kept
+    rates: dict[str, float]
+    train: list[dict]  # new D_train entries, every rank's
+    static_tasks: list[dict] | None
+    stats: RoundStats
+
+
+@dataclass
+class Plan:
+    seeds: list[Task]  # the simulator writes K variations of each
+    tasks: list[tuple[Task, str]]  # the agent's other tasks, by source: "static", "base", "replay"
+    env_replay: list[dict]  # D_env entries replayed into the simulator's update
+
+
+@dataclass
+class SimSample:
+    """One simulator generation that enters the RWR update, with the difficulty score it earned."""
+
+    batch: SeedBatch | None  # None: replayed from D_env
+    generation: Any
+    p_hat: float
+    r_env: float
+
+
+def run_epoch(env: Environment, cfg: CoevoConfig, learner: Learner, curriculum: Curriculum, seam: RankSeam,
+              state: EpochState, epoch: int, seed: int, progress: Progress | None = None,
+              generate: Callable = generate_tasks, roll: Callable = rollout) -> Epoch:
+    seam.seed_torch(seed, epoch)
+    t0 = time.perf_counter()
+    sim_params, agent_params = _sampling(cfg, learner)
+    seeds_all, static = env.seed_tasks(), state.static_tasks
+    if cfg.variant == "static" and static is None:  # a fixed set, written once by the initial simulator
+        written = _generate(env, learner, seam, seeds_all, {}, sim_params, generate, progress, cfg.max_seq_len)
+        static = [t.to_dict() for t in seam.gather_tasks([t for b in written for t in b.tasks])]
+    p = plan(cfg, seeds_all, state, static, learner.env_replay)
+    step_rng = seam.step_rng(state.rng)
+    batches = [] if cfg.variant == "static" else \
+        _generate(env, learner, seam, p.seeds, state.success_rates, sim_params, generate, progress, cfg.max_seq_len)
+    agent, mine = learner.sampling_policy("agent"), None  # (FSDP: gathers the weights, every rank)
+    with seam.guard() as failure:  # this rank's share, apart from the others
+        work = [(t, "fresh", i) for i, b in enumerate(batches) for t in b.tasks]
+        work = (work + [(t, source, None) for t, source in seam.shard(p.tasks)])[: seam.share(budget_left(cfg, state))]
+        groups = roll(env, agent, learner.backend, work, agent_params, progress, cfg.max_seq_len)
+        seconds = time.perf_counter() - t0
+        rates = score(batches, groups, state.success_rates, cfg.success_ema, curriculum, band=cfg.variant != "no-band")
+        samples = simulator_samples(batches, cfg.difficulty_unit) if trains_simulator(cfg) else []
+        samples += [replayed(learner.policy("simulator"), e) for e in seam.shard(p.env_replay)]  # not in D_env again
+        steps, chunks, zero_std = build_steps(cfg, groups, samples, (learner.policy("agent").pad_id,
+                                              learner.policy("simulator").pad_id), learner.advantages, step_rng,
+                                              learner.grpo_iterations, learner.old_logprobs)
+        mine = Part(rates, train_entries(epoch, groups, cfg.keep_rollout_text), env_entries(epoch, chunks), batches,
+                    groups, zero_std, len(steps), seconds, len(work) - len(groups))
+    whole = seam.exchange(mine, failure)
+    update = [e["r_env"] for step in whole.env for e in step] + [e["r_env"] for e in p.env_replay]
+    weigh(steps, update, learner.rwr_lambda)
+    steps = seam.pad(steps, whole.steps, Step)
+    new_static = [] if static is state.static_tasks else [train_entry(epoch, Task.from_dict(d), [], None) for d in static]
+    seen = state.tasks_seen + len(whole.groups)
+    metrics = epoch_metrics(whole, seen, curriculum.zone_metrics(whole.batches), sum(len(e) for e in whole.env))
+    return Epoch(steps, whole.env, whole.rates, new_static + whole.train, static,
+                 RoundStats(epoch, whole.batches, whole.groups, metrics))
+
+
+# ---- plan -----------------------------------------------------------------------------------
+def plan(cfg: CoevoConfig, seeds_all: list[Task], state: EpochState, static: list[dict] | None, env_replay: int) -> Plan:
+    """What the epoch trains on, drawn from the shared rng (identical on every rank): the seeds the simulator
+    varies (or, "static", tasks of the fixed set), seed tasks, tasks replayed from D_train, D_env samples."""
+    rng, seeds, tasks = state.rng, [], []
+    if cfg.variant == "static":  # as many fixed tasks an epoch as GenEnv's seeds_per_epoch x K fresh ones
+        n = min(cfg.seeds_per_epoch * cfg.num_generations_per_prompt, len(static))
+        tasks = [(Task.from_dict(d), "static") for d in rng.sample(static, k=n)]
+    else:
+        seeds = rng.sample(seeds_all, k=min(cfg.seeds_per_epoch, len(seeds_all)))
+    tasks += [(t, "base") for t in rng.sample(seeds_all, k=min(cfg.base_tasks_per_epoch, len(seeds_all)))]
+    tasks += [(t, "replay") for t in state.pools.sample_train_tasks(rng, cfg.replay_tasks_per_epoch)]
+    replay = state.pools.sample_env(rng, env_replay) if trains_simulator(cfg) else []
+    return Plan(seeds, tasks, replay)
+
+
+def trains_simulator(cfg: CoevoConfig) -> bool:
+    return cfg.variant in ("genenv", "no-band")
+
+
+def budget_left(cfg: CoevoConfig, state: EpochState) -> int | None:
+    """Training tasks the agent may still roll out (data.coevo.agent_task_budget; None: no budget)."""
+    return None if cfg.agent_task_budget is None else max(cfg.agent_task_budget - state.tasks_seen, 0)
+
+
+def _sampling(cfg: CoevoConfig, learner: Learner) -> tuple[SamplingParams, SamplingParams]:
+    # The sampler's log-probs are read only as GRPO's old log-probs, and only where they are not recomputed.
+    logprobs = learner.old_logprobs is None
+    return (replace(cfg.sim_sampling, n=cfg.num_generations_per_prompt, logprobs=logprobs),
+            replace(cfg.agent_sampling, n=cfg.group_size, logprobs=logprobs))
+
+
+# ---- generate -------------------------------------------------------------------------------
+def _generate(env: Environment, learner: Learner, seam: RankSeam, seeds: list[Task], rates: dict[str, float],
+              params: SamplingParams, generate: Callable, progress: Progress | None, max_seq_len: int | None
+              ) -> list[SeedBatch]:
+    """Step 1 on this rank's share of `seeds` (`coevo.generate_tasks`)."""
+    simulator = learner.sampling_policy("simulator")  # (FSDP: gathers the weights, every rank)
+    batches: list[SeedBatch] = []
+    with seam.guard() as failure:
+        batches = generate(env, simulator, learner.backend, seam.shard(seeds), rates, params, progress, max_seq_len)
+    return seam.drop_repeats(batches, seeds, env.task_key, failure)
+
+
+# ---- score ----------------------------------------------------------------------------------
+def score(batches: list[SeedBatch], groups: list[Group], rates: dict[str, float], ema: float, curriculum: Curriculum,
+          band: bool = True) -> dict[str, float]:
+    """Steps 4-6. p_hat of each seed batch over all K_valid * G rollouts of its variations (and of each
+    variation over its own G), then R_env and the band (the curriculum's; band False: every scored batch
+    is in it, the "no-band" ablation). Returns each scored seed's new success rate, the EMA shown to the
+    simulator next time."""
+    for b in batches:
+        b.task_p_hat = [None] * len(b.tasks)
+    for g in groups:
+        if g.seed_index is not None:
+            b = batches[g.seed_index]
+            b.successes.extend(g.successes)
+            b.task_p_hat[next(i for i, t in enumerate(b.tasks) if t is g.task)] = float(success_rate(torch.tensor(g.successes)))
+    new: dict[str, float] = {}
+    for b in batches:
+        if b.successes:
+            b.p_hat = float(success_rate(torch.tensor(b.successes)))
+            old = new.get(b.seed.id, rates.get(b.seed.id))
+            new[b.seed.id] = b.p_hat if old is None else ema * old + (1 - ema) * b.p_hat
+    curriculum.score(batches, band=band)
+    return new
+
+
+def simulator_samples(batches: list[SeedBatch], unit: str) -> list[SimSample]:
+    """The generations that train the simulator this epoch: those the agent rolled out, in band.
+    "seed_batch" (the paper): each rolled-out variation of an in-band seed batch, scored by the batch's
+    p_hat. "task": each variation in band by its own. A variation that was never rolled out (its prompt
+    past max_seq_len, or past the task budget) earned no score, whatever its batch's."""
+    if unit == "task":
+        return [SimSample(b, g, p, r) for b in batches
+                for g, p, r, ok in zip(b.task_generations, b.task_p_hat, b.task_r_env, b.task_in_band) if ok]
+    return [SimSample(b, g, b.p_hat, b.r_env) for b in batches if b.in_band
+            for g, p in zip(b.task_generations, b.task_p_hat) if p is not None]
+
+
+def replayed(simulator: Policy, entry: dict[str, Any]) -> SimSample:
+    """A D_env entry as a sample of this epoch's simulator update, with its stored p_hat and R_env. Its
+    prompt and text are tokenized again (the text closed by EOS: only finished generations became tasks);
+    it has no sampling log-probs (NaN)."""
+    prompt_ids, response_ids = simulator.encode([entry["prompt"], entry["text"]])
+    response_ids = response_ids + [simulator.eos_id]
+    generation = Generation(prompt_ids, response_ids, entry["text"], [math.nan] * len(response_ids), True)
+    return SimSample(None, generation, entry["p_hat"], entry["r_env"])
+
+
+# ---- pools ----------------------------------------------------------------------------------
+def train_entries(epoch: int, groups: list[Group], keep_text: bool) -> list[dict]:
+    """D_train gains every fresh task the agent rolled out, with its rewards (and rollout texts)."""
+    return [train_entry(epoch, g.task, g.rewards, [r.text for r in g.rollouts] if keep_text else None)
+            for g in groups if g.source == "fresh"]
+
+
+def env_entries(epoch: int, chunks: list[list[SimSample]]) -> list[list[dict]]:
+    """The D_env entries of each step's simulator samples (the replayed ones are there already)."""
+    return [[env_entry(epoch, s.batch.seed.id, s.batch.prompt, s.generation.text, s.p_hat, s.r_env)
+             for s in chunk if s.batch is not None] for chunk in chunks]
+
+
+# ---- build steps ----------------------------------------------------------------------------
+def build_steps(cfg: CoevoConfig, groups: list[Group], sim_samples: list[SimSample], pad_ids: tuple[int, int],
+                advantages: Callable[[Tensor], tuple[Tensor, Tensor]], rng: random.Random, iterations: int = 1,
+                old_logprobs: Callable[[list[Batch]], list[Tensor]] | None = None
+                ) -> tuple[list[Step], list[list[SimSample]], int]:
+    """The epoch's optimizer steps: GRPO groups with their advantages in chunks of agent_batch_size, each
+    chunk `iterations` times in a row (grpo.num_iterations), and simulator samples in chunks of
+    sim_batch_size, side by side; at least one step (an empty epoch still runs, and logs, one). Returns
+    the steps, each step's simulator samples and the number of groups without reward spread."""
+    agent, zero_std = _agent_batches(cfg, groups, pad_ids[0], advantages, rng, old_logprobs)
+    agent = [b for b in agent for _ in range(iterations)]  # packed once, stepped on `iterations` times in a row
+    rng.shuffle(sim_samples)
+    chunks = [sim_samples[i : i + cfg.sim_batch_size] for i in range(0, len(sim_samples), cfg.sim_batch_size)]
+    n = max(len(agent), len(chunks), 1)
+    chunks += [[] for _ in range(n - len(chunks))]
+    steps = [Step(agent[i] if i < len(agent) else None, _sim_batch(chunks[i], pad_ids[1], cfg) if chunks[i] else None)
+             for i in range(n)]
+    return steps, chunks, zero_std
+
+
+def _agent_batches(cfg: CoevoConfig, groups: list[Group], pad_id: int, advantages, rng: random.Random,
+                   old_logprobs) -> tuple[list[Batch], int]:
+    """Packed GRPO batches; each carries the temperature its rollouts were sampled at (a 0-d tensor: every
+    value of a batch is a tensor), which the training forward passes divide the logits by. `old_logprobs`
+    (when grpo.old_logp recomputes) replaces the sampler's log-probs."""
+    kept, zero = [], 0
+    for g in groups:
+        adv, zero_std = advantages(torch.tensor([g.rewards], dtype=torch.float32))
+        zero += int(zero_std.item())
+        if not (zero_std.item() and cfg.drop_zero_std_groups):
+            kept.append((g, adv[0]))
+    rng.shuffle(kept)
+    batches = []
+    for i in range(0, len(kept), cfg.agent_batch_size):
+        rows = [(r, a) for g, adv in kept[i : i + cfg.agent_batch_size] for r, a in zip(g.rollouts, adv.tolist())]
+        batch = pack([r.prompt_ids for r, _ in rows], [r.response_ids for r, _ in rows], pad_id, [r.logprobs for r, _ in rows])
+        batch["advantages"] = torch.tensor([a for _, a in rows], dtype=torch.float32)
+        batch["temperature"] = torch.tensor(cfg.agent_sampling.temperature, dtype=torch.float32)
+        batches.append(batch)
+    if old_logprobs is not None and batches:
+        for batch, logp in zip(batches, old_logprobs(batches)):
+            batch["old_logp"] = logp
+    return batches, zero
+
+
+def _sim_batch(chunk: list[SimSample], pad_id: int, cfg: CoevoConfig) -> Batch:
+    gens = [s.generation for s in chunk]
+    batch = pack([g.prompt_ids for g in gens], [g.response_ids for g in gens], pad_id, [g.logprobs for g in gens])
+    batch["r_env"] = torch.tensor([s.r_env for s in chunk], dtype=torch.float32)
+    batch["temperature"] = torch.tensor(cfg.sim_sampling.temperature, dtype=torch.float32)
+    return batch
+
+
+def weigh(steps: list[Step], r_env_of_update: list[float], lam: float) -> None:
+    """RWR weights with mean 1 over the epoch's whole simulator update (every rank's samples and the D_env
+    replay, as Algorithm 1 weighs the epoch's set), not over each step's chunk on its own."""
+    over = torch.tensor(r_env_of_update)
+    for step in steps:
+        if step.sim is not None:
+            step.sim["weights"] = rwr_weights(step.sim["r_env"], lam, over=over)

@@ -1,0 +1,133 @@
+"""Evaluating the agent on held-out tasks: its greedy answers (and k sampled ones) scored by the environment,
+the metrics logged from them, and the test report (a table per group, the environment's corpus metrics,
+interactive episodes, test_results.json). GenEnvModule's validation and test hooks call these; nothing here
+knows Lightning."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from genenv_pl.backends.base import GenerationBackend, SamplingParams
+from genenv_pl.config import CoevoConfig
+from genenv_pl.envs.base import Environment, Task
+from genenv_pl.policy import Policy
+
+Row = dict[str, Any]
+_NOT_SCORES = ("id", "group", "response", "sampled_accuracy")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    max_new_tokens: int
+    samples: int  # also this many sampled answers per task (0: greedy only)
+    temperature: float
+    top_p: float
+    batch_size: int
+    episodes: int  # interactive episodes `test` plays (-1: all)
+
+    @classmethod
+    def of(cls, cfg: CoevoConfig) -> "EvalSettings":
+        return cls(cfg.eval_max_new_tokens, cfg.eval_samples, cfg.agent_sampling.temperature, cfg.agent_sampling.top_p,
+                   cfg.eval_batch_size, cfg.eval_episodes)
+
+
+def answer(env: Environment, backend: GenerationBackend, agent: Policy, tasks: list[Task], s: EvalSettings) -> list[Row]:
+    """Greedy agent answers scored by the environment: one row of metrics per task. With `samples` k, each
+    row also has `sampled_accuracy`, the mean accuracy of k answers sampled as the rollouts are."""
+    prompts = [agent.render(env.agent_prompt(t)) for t in tasks]
+    gens = backend.generate(agent, prompts, SamplingParams(max_new_tokens=s.max_new_tokens, greedy=True, logprobs=False))
+    rows = [{"id": task.id, "group": task.group, "response": g[0].text, **score(env, task, g[0].text)}
+            for task, g in zip(tasks, gens)]
+    if s.samples > 0:
+        params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, n=s.samples,
+                                logprobs=False)
+        for task, row, g in zip(tasks, rows, backend.generate(agent, prompts, params)):
+            row["sampled_accuracy"] = sum(score(env, task, x.text)["accuracy"] for x in g) / len(g)
+    return rows
+
+
+def act(backend: GenerationBackend, agent: Policy, conversations: list[list[dict[str, str]]], max_new_tokens: int) -> list[str]:
+    """The agent as an interactive player: greedy text for one turn of each conversation."""
+    params = SamplingParams(max_new_tokens=max_new_tokens, greedy=True, logprobs=False)
+    return [g[0].text for g in backend.generate(agent, [agent.render(m) for m in conversations], params)]
+
+
+def score(env: Environment, task: Task, text: str) -> dict[str, float]:
+    try:
+        return env.score(task, text)
+    except Exception:  # a scorer must not end an evaluation; count it as a format error
+        return {"accuracy": 0.0, "format_error": 1.0}
+
+
+def eval_metrics(rows: list[Row], prefix: str) -> dict[str, tuple[float, int]]:
+    """Accuracy, format-error rate and per-group accuracy of evaluated rows: name -> (mean, rows it is over)."""
+    n = len(rows)
+    out = {f"{prefix}/accuracy": (sum(r["accuracy"] for r in rows) / n, n),
+           f"{prefix}/format_error_rate": (sum(r.get("format_error", 0.0) for r in rows) / n, n)}
+    if all("sampled_accuracy" in r for r in rows):
+        out[f"{prefix}/sampled_accuracy"] = (sum(r["sampled_accuracy"] for r in rows) / n, n)
+    groups = defaultdict(list)
+    for r in rows:
+        groups[r["group"]].append(r["accuracy"])
+    out.update({f"{prefix}/accuracy_{g}": (sum(accs) / len(accs), len(accs)) for g, accs in groups.items()})
+    return out
+
+
+def start_line(metrics: dict[str, float]) -> str:
+    """The one line that reports the starting agent's validation."""
+    return (f"[genenv] starting agent: val/accuracy {metrics['val/accuracy']:.3f} " +
+            " ".join(f"{k.removeprefix('val/accuracy_')} {v:.2f}" for k, v in sorted(metrics.items())
+                     if k.startswith("val/accuracy_")))
+
+
+def test_table(env: Environment, rows: list[Row], s: EvalSettings, play: Callable | None = None) -> dict[str, Any]:
+    """The test report: each metric's mean per group and overall, the environment's corpus metrics and, with
+    `play` (the agent as a player, see `act`), `episodes` interactive episodes."""
+    table = summarize(rows)
+    table["corpus"] = env.aggregate([{k: v for k, v in r.items() if k not in _NOT_SCORES} for r in rows])
+    if play is not None and s.episodes:
+        table["episodes"] = env.play(play, None if s.episodes < 0 else s.episodes, batch_size=s.batch_size)
+    return table
+
+
+def summarize(rows: list[Row]) -> dict[str, Any]:
+    metric_keys = sorted({k for r in rows for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    groups: dict[str, list] = defaultdict(list)
+    for r in rows:
+        groups[r["group"]].append(r)
+    groups["overall"] = rows
+
+    def stats(rs):
+        out = {"n": len(rs)}
+        for k in metric_keys:
+            vals = [r[k] for r in rs if k in r and not (isinstance(r[k], float) and math.isnan(r[k]))]
+            out[k] = sum(vals) / len(vals) if vals else float("nan")
+        return out
+
+    return {"metrics": metric_keys, "groups": {g: stats(rs) for g, rs in sorted(groups.items())}}
+
+
+def table_scalars(table: dict[str, Any]) -> dict[str, float]:
+    """The report's corpus and episode metrics as `eval/corpus/*` and `eval/episodes/*`."""
+    return {f"eval/{section}/{k}": float(v) for section in ("corpus", "episodes") for k, v in table.get(section, {}).items()}
+
+
+def format_table(table: dict[str, Any]) -> str:
+    lines = [f"{'group':<32} {'n':>6} " + " ".join(f"{k:>14}" for k in table["metrics"])]
+    for g, stats in table["groups"].items():
+        lines.append(f"{g:<32} {stats['n']:>6} " + " ".join(f"{stats[k]:>14.4f}" for k in table["metrics"]))
+    for section in ("corpus", "episodes"):
+        lines += [f"{section}/{k:<40} {v:.4f}" for k, v in table.get(section, {}).items()]
+    return "\n".join(lines)
+
+
+def write_results(out_dir: str, env_name: str, table: dict[str, Any], rows: list[Row]) -> str:
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "test_results.json")
+    with open(path, "w") as f:
+        json.dump({"env": env_name, **table, "rows": rows}, f, indent=1)
+    return path
