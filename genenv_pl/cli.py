@@ -14,7 +14,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_warn
 
+from callbacks.run_summary import RunSummary
 from genenv_pl.cli_help import backend_args_help, callbacks_help
+from genenv_pl.cli_parser import GenEnvArgumentParser
 from genenv_pl.datamodule import GenEnvDataModule
 from genenv_pl.envs.base import ConfigError, DataError
 from genenv_pl.module import GenEnvModule
@@ -22,6 +24,23 @@ from genenv_pl.preflight import gpu_problem, models_problem
 
 VERBOSE_ENV = "GENENV_VERBOSE"
 DATA_HELP = "see README, 'Benchmark data', for where to get each benchmark"
+DESCRIPTION = ("GenEnv: co-evolve an LLM agent with an LLM environment simulator. Start with: python main.py fit "
+               "--config configs/quickstart.yaml.")
+# Lightning's subcommand texts are its Trainer methods' first docstring lines, which can stop mid-sentence,
+# and speak of generic models; these say what each does here. (`export` has its own docstring.)
+SUBCOMMANDS = {
+    "fit": "Co-evolve the agent and the simulator, evaluating the agent on the environment's held-out set every "
+           "trainer.check_val_every_n_epoch epochs; ends with a summary of what the run achieved.",
+    "validate": "Evaluate the agent once on the environment's held-out set (val/accuracy, per group).",
+    "test": "Evaluate the agent on the environment's held-out set: accuracy per group, every answer written to "
+            "test_results.json in the log folder (--ckpt_path: the agent of a fit's checkpoint).",
+}
+# The module's and the data module's group titles, where their classes have no docstring to give one
+# (a title, so no period: the help ends it with a colon)
+GROUP_TITLES = {
+    "model": "The agent and the simulator: their models, updates, optimizers and generation backend",
+    "data": "The environment and the data of each co-evolution epoch",
+}
 
 
 class SetupError(RuntimeError):
@@ -34,8 +53,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
 
 
 class GenEnvTrainer(Trainer):
-    """Lightning's Trainer plus `export`: LightningCLI builds a subcommand's arguments from the
-    Trainer method of that name, so this is where `python main.py export` gets its own."""
+    """Lightning's Trainer, with an `export` subcommand.
+
+    LightningCLI builds a subcommand's arguments from the Trainer method of that name, so this is where
+    `python main.py export` gets its own."""
 
     def export(self, model, datamodule=None, ckpt_path: str | None = None, out: str = "export") -> None:
         """Write a checkpoint's agent and simulator as Hugging Face model folders (README, "Export").
@@ -60,21 +81,38 @@ class GenEnvCLI(LightningCLI):
         # them takes seconds for every parser built (6 s instead of 1 s here), so only for help.
         set_parsing_settings(docstring_parse_attribute_docstrings=_asks_for_help(kwargs.get("args")))
         kwargs.setdefault("trainer_class", GenEnvTrainer)
+        kwargs.setdefault("parser_class", GenEnvArgumentParser)  # a parse error is one line
+        # The module builds its own optimizers from model.agent_optimizer and model.simulator_optimizer:
+        # Lightning's --optimizer and --lr_scheduler would be accepted and ignored.
+        kwargs.setdefault("auto_configure_optimizers", False)
         super().__init__(*args, **kwargs)
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
         commands = LightningCLI.subcommands()
-        # Trainer.validate/test/predict's own `verbose` (print the results: left at its default, on)
-        # gives way to the --verbose of every subcommand here (tracebacks of setup errors).
-        for name in ("validate", "test", "predict"):
+        del commands["predict"]  # GenEnvModule has no predict_step
+        # Trainer.validate/test's own `verbose` (print the results: left at its default, on) gives way
+        # to the --verbose of every subcommand here (tracebacks of setup errors).
+        for name in ("validate", "test"):
             commands[name] = commands[name] | {"verbose"}
         commands["export"] = {"model", "datamodule"}
         return commands
 
     def init_parser(self, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("description", DESCRIPTION)  # (the subcommands' parsers are given theirs)
         return super().init_parser(**kwargs)
+
+    def _add_subcommands(self, parser, **kwargs) -> None:
+        # (LightningCLI's only way in: it takes each subcommand's help from the Trainer method's docstring)
+        for name, text in SUBCOMMANDS.items():
+            kwargs[name] = {"description": text, **kwargs.get(name, {})}
+        super()._add_subcommands(parser, **kwargs)
+        for choice in parser._subcommands_action._choices_actions:  # the list in `main.py --help`
+            choice.help = SUBCOMMANDS.get(choice.dest, choice.help)
+        for name, sub in self._subcommand_parsers.items():  # the title above --ckpt_path and the like
+            if name in sub.groups:
+                sub.groups[name].title = f"Arguments of {name}"
 
     def add_arguments_to_parser(self, parser) -> None:
         # The epoch's data is generated inside train_dataloader(), so it must be rebuilt every
@@ -84,9 +122,12 @@ class GenEnvCLI(LightningCLI):
             "trainer.num_sanity_val_steps": 0,
         })
         parser.add_argument("--verbose", action="store_true",
-                            help=f"show the traceback of a setup error (or set {VERBOSE_ENV}=1); without it, "
+                            help=f"Show the traceback of a setup error (or set {VERBOSE_ENV}=1). Without it, "
                                  "a config that cannot run (no GPU, a model that cannot be found, missing "
-                                 "benchmark data) stops with one line that says how to fix it")
+                                 "benchmark data) stops with one line that says how to fix it.")
+        for key, title in GROUP_TITLES.items():
+            if parser.groups[key].title.startswith("<class "):  # (no class docstring to take it from)
+                parser.groups[key].title = title
         parser.add_argument_group("Backend args", description=backend_args_help())
         parser.add_argument_group("GenEnv callbacks", description=callbacks_help())
 
@@ -107,7 +148,7 @@ class GenEnvCLI(LightningCLI):
         sub, cfg = self._run_config()
         if sub == "export":
             self._prepare_export(cfg)
-        roles = ["agent"] if sub in ("test", "validate", "predict") or cfg.model.shared_base else \
+        roles = ["agent"] if sub in ("test", "validate") or cfg.model.shared_base else \
             ["agent", "simulator"]  # (shared base: the simulator's base is the agent's)
         problem = gpu_problem(cfg, sub or "fit") or models_problem(cfg, roles)
         if problem:
@@ -121,6 +162,12 @@ class GenEnvCLI(LightningCLI):
             self.fail(f"export needs --ckpt_path, a Lightning checkpoint file (got {cfg.ckpt_path!r}); a sharded "
                       "checkpoint folder (FSDP) is first consolidated into one file: python -m "
                       "lightning.pytorch.utilities.consolidate_checkpoint <folder>")
+
+    def instantiate_trainer(self, **kwargs) -> Trainer:
+        trainer = super().instantiate_trainer(**kwargs)
+        if not any(isinstance(cb, RunSummary) for cb in trainer.callbacks):  # every run says what it achieved
+            trainer.callbacks.append(RunSummary())
+        return trainer
 
     def instantiate_classes(self) -> None:
         try:

@@ -12,11 +12,12 @@ BACKENDS = {"hf": ("genenv_pl.backends.hf", "HFBackend"), "vllm": ("genenv_pl.ba
 CALLBACKS = [("callbacks.alpha_curriculum", "AlphaCurriculumCallback"), ("callbacks.samples", "SampleTableCallback"),
              ("callbacks.conditioning", "SimulatorConditioningCallback"), ("callbacks.progress", "RolloutProgress"),
              ("callbacks.heap_trim", "HeapTrim")]
+SUMMARY = ("callbacks.run_summary", "RunSummary")  # added to every run by the CLI, not listed in configs
 WIDTH = 100
 
 
 def init_args(module: str, name: str) -> tuple[str, list[tuple[str, str, str]]]:
-    """(first line of the class docstring, [(argument, "type, default: value", description)]) of
+    """(first paragraph of the class docstring, [(argument, "type, default: value", description)]) of
     `name.__init__` in `module`."""
     import docstring_parser
 
@@ -33,7 +34,8 @@ def init_args(module: str, name: str) -> tuple[str, list[tuple[str, str, str]]]:
         kind = ast.unparse(arg.annotation) if arg.annotation is not None else "Any"
         kind += f", default: {ast.unparse(default)}" if default is not None else ""
         rows.append((arg.arg, kind, described.get(arg.arg, "")))
-    summary = (ast.get_docstring(cls) or "").split("\n")[0]
+    # the whole first paragraph: its first line may end mid-sentence
+    summary = " ".join((ast.get_docstring(cls) or "").split("\n\n")[0].split())
     return summary, rows
 
 
@@ -46,8 +48,13 @@ def _entries(rows: list[tuple[str, str, str]]) -> list[str]:
 
 
 def backend_args_help() -> str:
-    lines = textwrap.wrap("Keys of --model.backend_args for each --model.backend, e.g. --model.backend_args "
-                          "'{max_batch_size: 64}':", WIDTH)
+    # jsonargparse sets a dict option as a whole, so a dict given later (on the command line or in a later
+    # --config file) replaces the earlier one with all its keys; a dotted key sets that one key alone.
+    lines = textwrap.wrap("Keys of --model.backend_args for each --model.backend. Set one key with a dotted option, "
+                          "e.g. --model.backend_args.max_batch_size 64, which keeps the config's other keys; a whole "
+                          "dict (--model.backend_args '{max_batch_size: 64}', or backend_args in a later --config "
+                          "file) replaces all of them, as it should where --model.backend changes (the backends take "
+                          "different keys). The same holds for --data.env_args.", WIDTH)
     for backend, (module, name) in BACKENDS.items():
         lines.append(f"{backend} ({name}):")
         lines += _entries(init_args(module, name)[1])
@@ -56,6 +63,8 @@ def backend_args_help() -> str:
 
 def callbacks_help() -> str:
     lines = ["Add under trainer.callbacks as {class_path: callbacks.<Name>, init_args: {...}}:"]
+    lines += textwrap.wrap(f"Every run also has callbacks.RunSummary: {init_args(*SUMMARY)[0]}", WIDTH,
+                           subsequent_indent="    ")
     for module, name in CALLBACKS:
         summary, rows = init_args(module, name)
         lines += textwrap.wrap(f"callbacks.{name}: {summary}", WIDTH, subsequent_indent="    ")

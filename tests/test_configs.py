@@ -69,3 +69,20 @@ def test_a_bad_key_is_named(capsys):
         cli_main(["fit", "--config", str(REPO / "configs/bfcl.yaml"), "--data.coevo.max_seq_lenn", "10"])
     assert exit_.value.code not in (0, None)
     assert "max_seq_lenn" in capsys.readouterr().err
+
+
+def test_a_dotted_key_sets_one_key_of_a_dict_option_and_a_whole_dict_replaces_it(capsys):
+    """jsonargparse sets a dict option as a whole: `--model.backend_args.max_model_len 4096` keeps the
+    overlay's other backend args, `--model.backend_args '{...}'` drops them (as `fit --help` says)."""
+    overlay = ("configs/alfworld.yaml", "configs/gpu/paper_8gpu.yaml")
+    args = lambda *a: [x for c in overlay for x in ("--config", str(REPO / c))] + list(a)  # noqa: E731
+
+    def backend_args(*extra: str) -> dict:
+        with pytest.raises(SystemExit):
+            cli_main(["fit", *args(*extra), "--print_config"])
+        return yaml.safe_load(capsys.readouterr().out)["model"]["backend_args"]
+
+    base = backend_args()
+    assert base["sleep_level"] == 1 and base["max_model_len"] == 9000
+    assert backend_args("--model.backend_args.max_model_len", "4096") == {**base, "max_model_len": 4096}
+    assert backend_args("--model.backend_args", "{max_model_len: 4096}") == {"max_model_len": 4096}

