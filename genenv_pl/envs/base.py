@@ -3,6 +3,8 @@
 An environment knows nothing of Lightning, training or generation backends. It owns
 seed tasks, the prompts shown to the simulator and the agent, parsing and validating
 simulator output, the agent reward, and the benchmark's held-out evaluation set.
+`Environment`'s docstrings are the reference for writing one; docs/writing-an-environment.md
+walks through a complete example (examples/word_reverse.py).
 """
 from __future__ import annotations
 
@@ -19,13 +21,17 @@ DATA_ROOT_ENV = "GENENV_DATA_ROOT"
 
 @dataclass
 class Task:
-    """One task instance: what the agent sees plus the evaluation spec (gold)."""
+    """One task instance: what the agent sees plus the evaluation spec (gold).
 
-    id: str
-    data: dict[str, Any]  # environment-specific payload; must be JSON-serializable
-    difficulty: float = 0.0
-    group: str = "all"  # evaluation bucket (level, category, task type)
-    meta: dict[str, Any] = field(default_factory=dict)
+    Tasks travel as `to_dict()` through data loaders, the training pool saved in checkpoints and the
+    exchange between ranks, so `data` and `meta` hold JSON-serializable values only, and everything
+    `agent_prompt`, `reward` and `score` need must be in the task (not in the parser's local state)."""
+
+    id: str  # stable and unique among the seeds (success rates are kept per seed id) and among eval tasks
+    data: dict[str, Any]  # environment-specific payload, gold included; must be JSON-serializable
+    difficulty: float = 0.0  # the env's own scale (level, length); logged as coevo/difficulty, probed by callbacks
+    group: str = "all"  # evaluation bucket (level, category, task type): val/accuracy_<group>
+    meta: dict[str, Any] = field(default_factory=dict)  # extras; "checks": {name: value} is logged (parse_task)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,38 +95,83 @@ def resolve_data_root(data_root: str | None, benchmark: str) -> str:
 
 
 class Environment(ABC):
-    """A benchmark as seen by GenEnv. Subclasses are constructed from config (init args)."""
+    """A benchmark as seen by GenEnv.
+
+    Config: `data.env` names the class, registered (genenv_pl/envs/__init__.py) or by import path
+    (`package.module:ClassName`); `data.env_args` are its constructor's keyword arguments, documented in
+    the constructor's docstring (its Args). The constructor reads and checks everything up front: an
+    argument that cannot work raises `ConfigError`, a malformed data file `DataError`, each with a
+    one-line message that names the key or the file (the CLI prints it without a traceback).
+
+    One instance is built in every process (each rank of a multi-GPU run, each `test` of a checkpoint),
+    so the constructor and every method are deterministic: the same arguments give the same seed tasks,
+    eval tasks, prompts and warm-start data everywhere (seed any randomness from the arguments; never use
+    Python's salted `hash()`).
+
+    `parse_task`, `reward` and `score` run for every generation: they must be cheap, never execute model
+    text, and never raise on malformed text other than as documented (the loop counts an unexpected
+    exception as a parser error or a reward of 0, but it is a bug).
+
+    A fit calls, each epoch: `seed_tasks` (a sample of them become the simulator's seeds and the
+    agent's base tasks), `simulator_prompt` and `parse_task` (K variations per seed), `task_key`
+    (de-duplication against the seeds and within the epoch), `agent_prompt` and `reward` (G rollouts
+    per task); validation calls `eval_tasks`, `agent_prompt` and `score`; `test` also `aggregate` and
+    `play`. Models trained from scratch ("tiny") call `tokenizer_corpus` and `warm_start_examples`.
+    """
 
     name: str = "env"
-    #: a rollout counts as a success for p_hat when its reward is at least this
+    """Short unique identifier: it names the cached tokenizers and warm starts and the test results."""
     success_threshold: float = 1.0
+    """A rollout counts as a success (for p_hat, the difficulty estimate the curriculum scores, and for
+    the default `score`'s accuracy) when its reward is at least this."""
 
     # ---- data -------------------------------------------------------------------------
     @abstractmethod
     def seed_tasks(self) -> list[Task]:
-        """Base training data: seeds for the simulator and base tasks for the agent."""
+        """Base training data: seeds for the simulator and base tasks for the agent.
+
+        Called every epoch: the same tasks in the same order each time, as a new list (`list(self._seeds)`),
+        with unique, stable ids. Never an evaluation task (`eval_tasks`)."""
 
     @abstractmethod
     def eval_tasks(self) -> list[Task]:
-        """Held-out evaluation set; never used for training. Disjoint from `seed_tasks`."""
+        """Held-out evaluation set; never used for training. Disjoint from `seed_tasks`.
+
+        The same list on every call and every rank. Each task's `group` becomes a metric,
+        val/accuracy_<group> (keep groups few and metric-name friendly); `data.coevo.eval_limit_per_group`
+        takes the first tasks of each group in this order."""
 
     # ---- simulator side -----------------------------------------------------------------
     @abstractmethod
     def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:
         """Prompt asking the simulator for one variation of `seed`, given the agent's recent
-        success rate on this seed's variations (None when unknown)."""
+        success rate on this seed's variations (None when unknown).
+
+        Show the success rate: it is the simulator's only view of the agent, and what lets it learn to
+        write harder variations after success and easier ones after failure (SimulatorConditioningCallback
+        measures whether it does). Ask for output that `parse_task` reads, e.g. one JSON object."""
 
     @abstractmethod
     def parse_task(self, text: str, seed: Task) -> Task:
         """Parse and validate one simulator generation; raise `InvalidTask` when it is not usable.
 
-        Must never execute the text. The returned task carries its own gold/evaluation spec,
-        computed or checked by the environment wherever possible. Measures of a valid task's quality
+        `text` is the decoded generation (without special tokens). Must never execute the text (no
+        eval/exec, no code it names); parse it as data (json.loads, a regex) with a bound on its length.
+        Raise `InvalidTask(reason)` for everything unusable: reasons are short labels counted per epoch
+        (coevo/invalid_rate); any other exception is counted as "parser_error:<type>" and is a bug.
+        Reject a task that copies an evaluation task, so nothing held out is trained on.
+
+        The returned task carries its own gold/evaluation spec, computed or checked by the environment
+        wherever possible: a simulator that may write its own answers can earn reward for wrong ones.
+        Its `difficulty` is on the same scale as the seeds'; its id may derive from `seed.id`. Exact
+        duplicates (`task_key`) of the seeds or of another task of the epoch are dropped afterwards, as
+        are truncated generations. Measures of a valid task's quality
         (e.g. ALFWorld's `gold_valid`, from replaying it in the engine) go in `task.meta["checks"]`
         as {name: value}; their mean over an epoch's generated tasks is logged as `coevo/check/<name>`."""
 
     def task_key(self, task: Task) -> str:
-        """Identity for de-duplication (exact duplicates are dropped)."""
+        """Identity for de-duplication (exact duplicates are dropped): by default `data` as sorted JSON.
+        Override to ignore what does not change the task (an id inside `data`, whitespace)."""
         import json
 
         return json.dumps(task.data, sort_keys=True)
@@ -128,15 +179,24 @@ class Environment(ABC):
     # ---- agent side ---------------------------------------------------------------------
     @abstractmethod
     def agent_prompt(self, task: Task) -> list[Message]:
-        """The messages shown to the agent for `task`."""
+        """The messages shown to the agent for `task`: chat messages, rendered with the model's chat
+        template, or for models without one ("tiny") their contents joined by newlines. Must not show
+        the gold."""
 
     @abstractmethod
     def reward(self, task: Task, response: str) -> float:
-        """R_agent in [0, 1] for one agent response (never raises on malformed text)."""
+        """R_agent in [0, 1] for one agent response (never raises on malformed text).
+
+        Called for each of the G rollouts of every training task: cheap and deterministic. A value
+        outside [0, 1] is clipped, NaN or an exception counts as 0. Binary rewards are what the paper
+        uses and what the alpha band assumes; partial credit is allowed (see `success_threshold`)."""
 
     def score(self, task: Task, response: str) -> dict[str, float]:
-        """Benchmark metrics for one evaluation response. Keys are metric names; the default is
-        `accuracy` (success by `success_threshold`) and `format_error` (0/1)."""
+        """Benchmark metrics for one evaluation response (greedy; with `eval_samples`, sampled too).
+        Keys are metric names, values floats; `accuracy` is required (val/accuracy, eval/accuracy) and
+        `format_error` (0/1, a response that does not parse) is logged as a rate. The default is
+        `accuracy` (success by `success_threshold`) and `format_error` 0. An exception scores
+        accuracy 0, format_error 1."""
         r = self.reward(task, response)
         return {"accuracy": float(r >= self.success_threshold), "format_error": 0.0}
 
@@ -154,11 +214,20 @@ class Environment(ABC):
 
     # ---- optional: offline warm start of tiny models -----------------------------------
     def warm_start_examples(self, role: str, n: int, seed: int) -> list[tuple[list[Message], str]]:
-        """`n` supervised (prompt messages, target text) pairs for `role` in {"agent", "simulator"}.
+        """Up to `n` supervised (prompt messages, target text) pairs for `role` in {"agent", "simulator"}.
 
-        Only needed for models trained from scratch (the quickstart); instruct models skip it."""
+        The target is appended to the rendered prompt as is and followed by EOS, so it starts exactly
+        as the model should continue (e.g. with the space the prompt leaves out). Agent pairs teach the
+        answer format and some of the skill (the quickstart leaves its harder levels to co-evolution);
+        simulator pairs teach the output format `parse_task` accepts. Deterministic in (role, n, seed):
+        the pairs for n = 64 key the cached warm start. Never an evaluation task.
+
+        Needed for models trained from scratch (the quickstart) and for any `warm_start.steps` > 0;
+        instruct models usually skip it."""
         raise NotImplementedError(f"{self.name} has no warm-start data")
 
     def tokenizer_corpus(self) -> list[str]:
-        """Text to train a tiny tokenizer on (only for models built from scratch)."""
+        """Text to train a tiny tokenizer on (only for models built from scratch): the prompts and targets
+        as the models will see them. Deterministic: the tokenizer is cached by a digest of this text, and
+        the agent and the simulator share it."""
         raise NotImplementedError(f"{self.name} has no tokenizer corpus")
