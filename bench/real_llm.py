@@ -633,9 +633,12 @@ def run(study: Study, args, extra_stages: Sequence[Stage] = (), extend_report: R
         # comparable runs, not all seeds of one variant and none of another.
         order = sorted(((v, s) for v in args.variants for s in (args.genenv_seeds if v == "genenv" else args.seeds)),
                        key=lambda vs: vs[1])  # stable: variants keep their order within a seed
-        order = order[:1] + [("zero-shot", None)] + order[1:]  # the first fit also builds the cached warm starts
         store = Path(args.results) / study.store
         sync_warm_starts(study, store)
+        # The warm start is scored first when its adapters are stored (a weak one is then known before
+        # hours of fits); otherwise the first fit builds and caches them.
+        at = 0 if any(store.glob(study.cache_glob)) else 1
+        order = order[:at] + [("zero-shot", None)] + order[at:]
         for variant, seed in order:
             if variant == "zero-shot":
                 if study.zero_shot:
