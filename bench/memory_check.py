@@ -189,7 +189,7 @@ def main() -> None:
         child(args.child, Path(args.out))
         return
     if not os.environ.get("GENENV_DATA_ROOT"):
-        sys.exit("memory_check: set GENENV_DATA_ROOT to the benchmarks folder (README, 'Benchmark data')")
+        sys.exit("memory_check: set GENENV_DATA_ROOT to the benchmarks folder (docs/benchmarks.md, 'Data')")
     OUT.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}

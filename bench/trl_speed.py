@@ -31,7 +31,7 @@ entropy coefficients, gradient clipping and AdamW settings.
   ours holds no second SmolLM2 that TRL has no counterpart of.
 
 Ours runs the real code path: a Lightning Trainer with GenEnvModule and GenEnvDataModule (each epoch:
-`train_dataloader()` -> `generate_epoch()` -> `coevo.rollout` -> `_build_steps`; then `training_step`
+`train_dataloader()` -> `epoch.run_epoch()` -> `coevo.rollout` -> `epoch.build_steps`; then `training_step`
 -> `_agent_step` -> `token_logprobs`, `_ref_logprobs`, `grpo_loss`, `Updater.apply`: backward, clip, AdamW). The
 simulator is skipped (`seeds_per_epoch: 0`, `base_tasks_per_epoch: B`), so an epoch is exactly one agent
 update on B tasks. TRL runs `GRPOTrainer.train()` with matching `GRPOConfig` (see `trl_config`). TRL's

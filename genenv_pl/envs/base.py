@@ -85,12 +85,12 @@ def resolve_data_root(data_root: str | None, benchmark: str) -> str:
         raise DataError(
             f"{benchmark}: no data root. Set `data_root` in the environment config or the "
             f"{DATA_ROOT_ENV} environment variable to the folder that contains `{benchmark}/` "
-            "(see README, 'Benchmark data')."
+            "(see docs/benchmarks.md, 'Data')."
         )
     path = os.path.join(root, benchmark)
     if not os.path.isdir(path):
-        raise DataError(f"{benchmark}: data folder {path!r} does not exist (data_root={root!r}); see README, "
-                        f"'Benchmark data', for what goes in it and where to get it")
+        raise DataError(f"{benchmark}: data folder {path!r} does not exist (data_root={root!r}); see docs/benchmarks.md, "
+                        f"'Data', for what goes in it and where to get it")
     return path
 
 
