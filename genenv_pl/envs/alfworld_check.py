@@ -66,9 +66,10 @@ class _Session:
             inner = inner._wrapped_env
         return list(inner._pddl_state.replan(inner._entity_infos) or [])
 
-    def advances(self, command: str) -> bool:
-        """Whether `command` (admissible now) wins or shortens the plan to the goal. Plays it."""
-        before = self.plan()
+    def advances(self, command: str, before: list[str] | None = None) -> bool:
+        """Whether `command` (admissible now) wins or shortens the plan to the goal. Plays it. `before`:
+        the plan from here, where the caller has it (one planner search can take tens of seconds)."""
+        before = self.plan() if before is None else before
         if not before or command not in self.admissible:
             return False
         self.send(command)
@@ -127,7 +128,7 @@ def ground_step(path: str, actions: list[str]) -> tuple[dict[str, Any], dict[str
         data = {"task": game.task, "observation": game.room, "history": [dict(h) for h in game.history],
                 "admissible_commands": game.admissible, "gold": canonical_action(plan[0])}
         # measured as check_step measures a free-form step (the planner is not guaranteed optimal)
-        checks = {"replayable": 1.0, "gold_valid": float(game.advances(_engine_command(plan[0], game.admissible)))}
+        checks = {"replayable": 1.0, "gold_valid": float(game.advances(_engine_command(plan[0], game.admissible), plan))}
     return data, checks
 
 
