@@ -58,6 +58,7 @@ from genenv_pl.envs.alfworld_grammar import (
     parse_command,
 )
 from genenv_pl.envs.base import ConfigError, DataError, Environment, InvalidTask, Message, Task, resolve_data_root
+from genenv_pl.envs.prompting import check_sim_prompt, success_guide
 from genenv_pl.envs.text_metrics import strip_tag_blocks
 
 _MAX_TASK_CHARS = 16_000  # a generated step longer than this is rejected (prompt budget)
@@ -88,6 +89,7 @@ class ALFWorldEnv(Environment):
     name = "alfworld"
     success_threshold = 1.0
     simulator_writes = "step"  # (class defaults: the parsers work on an environment built without data)
+    sim_prompt = "rule"
     check_gold = False
 
     def __init__(
@@ -105,12 +107,17 @@ class ALFWorldEnv(Environment):
         simulator_writes: str = "step",
         check_gold: bool = False,
         engine_timeout: float = 10.0,
+        sim_prompt: str = "rule",
     ) -> None:
         """`simulator_writes`: "step" (a whole step as JSON) or "actions" (the commands so far in the
         seed's game; the engine supplies the rest). `check_gold`: replay every "step" in its seed's
         game to measure whether its gold is right there (about a second each; "actions" steps are
         always checked). `engine_timeout`: seconds one engine call may take (planner searches from
-        states off the expert's path can run away); past it the step is rejected as engine_timeout."""
+        states off the expert's path can run away); past it the step is rejected as engine_timeout.
+        `sim_prompt`: what the simulator's prompt says about the agent's success on the seed: "rule"
+        (the rate and "make it harder" above 60%, "easier" below 40%) or "stats" (the rate alone);
+        see genenv_pl/envs/prompting.py."""
+        self.sim_prompt = check_sim_prompt(sim_prompt)
         if simulator_writes not in ("step", "actions"):
             raise ConfigError(f"data.env_args.simulator_writes must be 'step' or 'actions', got {simulator_writes!r}")
         self.root = resolve_data_root(data_root, "alfworld")
@@ -223,31 +230,21 @@ class ALFWorldEnv(Environment):
     def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:
         if self.simulator_writes == "actions":
             return self._actions_prompt(seed, success_rate)
-        if success_rate is None:
-            guide = "The agent's success rate on this seed is unknown: keep a similar difficulty."
-        elif success_rate > 0.6:
-            guide = (f"The agent solves variations of this seed {success_rate:.0%} of the time: make it "
-                     "harder (more distractor objects and receptacles, a longer history, a less obvious next step).")
-        elif success_rate < 0.4:
-            guide = (f"The agent solves variations of this seed only {success_rate:.0%} of the time: make it "
-                     "easier (fewer objects, a shorter history, an obvious next step).")
-        else:
-            guide = f"The agent solves variations of this seed {success_rate:.0%} of the time: keep the difficulty."
+        guide = success_guide(
+            success_rate, self.sim_prompt, stat="The agent solves variations of this seed {rate} of the time",
+            harder="make it harder (more distractor objects and receptacles, a longer history, a less obvious next step).",
+            easier="make it easier (fewer objects, a shorter history, an obvious next step).", keep="keep the difficulty.",
+            unknown="The agent's success rate on this seed is unknown: keep a similar difficulty.")
         return [{"role": "system", "content": SIMULATOR_SYSTEM},
                 {"role": "user", "content": f"Seed step:\n{json.dumps(seed.data)}\n\n{guide}\n"
                                             "Write one new step as a single JSON object."}]
 
     def _actions_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:
-        if success_rate is None:
-            guide = "The agent's success rate on this game is unknown: keep a similar difficulty."
-        elif success_rate > 0.6:
-            guide = (f"The agent solves steps of this game {success_rate:.0%} of the time: make it harder "
-                     "(a later point, more commands off the plan).")
-        elif success_rate < 0.4:
-            guide = (f"The agent solves steps of this game only {success_rate:.0%} of the time: make it easier "
-                     "(an earlier point, fewer commands off the plan).")
-        else:
-            guide = f"The agent solves steps of this game {success_rate:.0%} of the time: keep the difficulty."
+        guide = success_guide(
+            success_rate, self.sim_prompt, stat="The agent solves steps of this game {rate} of the time",
+            harder="make it harder (a later point, more commands off the plan).",
+            easier="make it easier (an earlier point, fewer commands off the plan).", keep="keep the difficulty.",
+            unknown="The agent's success rate on this game is unknown: keep a similar difficulty.")
         data = seed.data
         sent = [h["action"] for h in data["history"]]
         plan = self._walkthrough(seed)

@@ -40,6 +40,7 @@ import os
 from typing import Any
 
 from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, read_jsonl, resolve_data_root
+from genenv_pl.envs.prompting import check_sim_prompt
 from genenv_pl.envs.toolcall import (
     ToolCall,
     ToolSchema,
@@ -206,6 +207,7 @@ class APIBankEnv(Environment):
         eval_fraction: float = 0.5,
         split_seed: int = 0,
         max_seed_tools: int = 8,
+        sim_prompt: str = "rule",
     ):
         """
         Args:
@@ -215,7 +217,11 @@ class APIBankEnv(Environment):
             eval_fraction: share of dialogues held out for evaluation (by hash of the dialogue id).
             split_seed: salt of the split hash; change it for a different split.
             max_seed_tools: most tool schemas shown to the simulator for one seed.
+            sim_prompt: what the simulator's prompt says about the agent's success on the seed:
+                "rule" (the rate and "make the new task harder" above 60%, "easier" below 40%) or
+                "stats" (the rate alone); see genenv_pl/envs/prompting.py.
         """
+        self.sim_prompt = check_sim_prompt(sim_prompt)
         self.root = resolve_data_root(data_root, "api-bank")
         self.levels = list(levels) if levels else list(LEVEL_DIRS)
         unknown = [lv for lv in self.levels if lv not in LEVEL_DIRS]
@@ -291,7 +297,7 @@ class APIBankEnv(Environment):
     def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:
         note = ('Here "question" is the dialogue so far, one turn per line ("User: ...", "AI: ..."), '
                 "ending where the AI must make exactly one API call; \"calls\" holds that one call.")
-        return simulator_messages(self._seed_view(seed.data), success_rate, note)
+        return simulator_messages(self._seed_view(seed.data), success_rate, note, sim_prompt=self.sim_prompt)
 
     def parse_task(self, text: str, seed: Task) -> Task:
         gen = parse_generated_task(text, self._seed_tools(seed.data))

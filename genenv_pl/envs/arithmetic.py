@@ -19,6 +19,11 @@ Two choices decide whether the curriculum is something GenEnv has to earn here:
   for alpha = 0.5 assumes (the policy-gradient variance of a binary reward is proportional to
   p (1 - p)). `"partial"` gives credit per answer digit: tasks far above the agent's exact-match
   frontier then still carry GRPO signal, which blurs what the alpha band selects.
+
+The simulator's prompt shows the seed's success as a bucket token (`p0`..`p4`, round(4 x rate)) and no
+instruction: it is `sim_prompt="stats"` (the only value here). The other environments' "rule" prompt
+tells an instruct model "harder above 60%, easier below 40%"; a simulator trained from scratch reads no
+instructions, so here the rule can only be taught, which is `sim_warm_start="curriculum"`.
 """
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ import random
 import re
 from typing import Literal
 
-from genenv_pl.envs.base import Environment, InvalidTask, Message, Task
+from genenv_pl.envs.base import ConfigError, Environment, InvalidTask, Message, Task
+from genenv_pl.envs.prompting import check_sim_prompt
 
 _EXPR = re.compile(r"([0-9]+)\+([0-9]+)")  # ASCII digits only: \d also matches other scripts
 
@@ -53,6 +59,7 @@ class ArithmeticEnv(Environment):
         warm_start_noise: float = 0.3,
         reward: Literal["exact", "partial"] = "exact",
         split_seed: int = 0,
+        sim_prompt: Literal["stats"] = "stats",
     ):
         """
         Args:
@@ -71,7 +78,14 @@ class ArithmeticEnv(Environment):
             reward: the agent's reward. "exact": 1 for the exact answer, else 0 (the paper's kind).
                 "partial": the fraction of answer digits right, position by position.
             split_seed: seeds the generation of seed and evaluation tasks.
+            sim_prompt: what the simulator's prompt says about the agent's success: "stats" only,
+                the success bucket with no instruction (see the module docstring); "rule" is refused.
         """
+        if sim_prompt == "rule":
+            raise ConfigError("data.env_args.sim_prompt: arithmetic's simulator is trained from scratch and reads no "
+                              "instructions, so its prompt shows only the success bucket ('stats'); the rule is "
+                              "what data.env_args.sim_warm_start: curriculum teaches")
+        self.sim_prompt = check_sim_prompt(sim_prompt, allowed=("stats",))
         self.max_level = max_level
         self.seed_levels = seed_levels or list(range(1, max_level + 1))
         self.seeds_per_level = seeds_per_level

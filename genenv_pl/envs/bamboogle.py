@@ -33,6 +33,7 @@ import re
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, read_jsonl, resolve_data_root
+from genenv_pl.envs.prompting import check_sim_prompt, success_guide
 from genenv_pl.envs.text_metrics import (exact_match, extract_json_object, extract_tag, normalize_answer,
                                          strip_tag_blocks, token_f1)
 
@@ -178,6 +179,7 @@ class BamboogleEnv(Environment):
         max_answer_words: int = 8,
         max_question_chars: int = 300,
         copy_f1: float = 0.9,
+        sim_prompt: str = "rule",
     ):
         """
         Args:
@@ -190,7 +192,11 @@ class BamboogleEnv(Environment):
             num_hops: number of sub-questions a generated task must list in "hops".
             max_answer_words / max_question_chars: limits for generated tasks.
             copy_f1: a generated question with token F1 >= this against its seed is a copy.
+            sim_prompt: what the simulator's prompt says about the agent's success on the seed:
+                "rule" (the rate and "make the new one harder" above 60%, "easier" below 40%) or
+                "stats" (the rate alone); see genenv_pl/envs/prompting.py.
         """
+        self.sim_prompt = check_sim_prompt(sim_prompt)
         if not 0.0 <= eval_fraction <= 1.0:
             raise ValueError(f"eval_fraction must be in [0, 1], got {eval_fraction}")
         self.root = resolve_data_root(data_root, "bamboogle")
@@ -256,16 +262,11 @@ class BamboogleEnv(Environment):
 
     # ---- simulator side -----------------------------------------------------------------
     def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:
-        if success_rate is None:
-            aim = "Keep the difficulty similar to the example."
-        elif success_rate > 0.6:
-            aim = (f"The agent answers {success_rate:.0%} of such questions: make the new one harder "
-                   "(less famous entities, a less obvious bridge fact).")
-        elif success_rate < 0.4:
-            aim = (f"The agent answers only {success_rate:.0%} of such questions: make the new one "
-                   "easier (well-known entities, a direct bridge fact).")
-        else:
-            aim = f"The agent answers {success_rate:.0%} of such questions: keep a similar difficulty."
+        aim = success_guide(
+            success_rate, self.sim_prompt, stat="The agent answers {rate} of such questions",
+            harder="make the new one harder (less famous entities, a less obvious bridge fact).",
+            easier="make the new one easier (well-known entities, a direct bridge fact).",
+            unknown="Keep the difficulty similar to the example.")
         hops = ", ".join(f'"sub-question {i + 1}"' for i in range(self.num_hops))
         user = (
             f"Example question: {seed.data['question']}\nExample answer: {seed.data['answer']}\n\n"

@@ -66,6 +66,7 @@ from genenv_pl.envs.base import (
     resolve_data_root,
 )
 from genenv_pl.envs.bfcl_languages import LANGUAGES, agent_tools, language_of, read_argument, write_argument
+from genenv_pl.envs.prompting import check_sim_prompt
 from genenv_pl.envs.toolcall import (
     ToolCall,
     ToolSchema,
@@ -391,6 +392,7 @@ class BFCLEnv(Environment):
         simulator_writes: Literal["task", "request"] = "task",
         extra_seed_categories: list[str] | None = None,
         extra_seed_max_chars: int | None = None,
+        sim_prompt: str = "rule",
     ):
         """
         Args:
@@ -420,7 +422,11 @@ class BFCLEnv(Environment):
             extra_seed_max_chars: keep only those extra seed tasks whose agent prompt is at most this
                 many characters (None: all). live_multiple's prompts average 4,300 characters, three
                 times simple_python's: long prompts make every warm-start and rollout step slower.
+            sim_prompt: what the simulator's prompt says about the agent's success on the seed:
+                "rule" (the rate and "make the new task harder" above 60%, "easier" below 40%) or
+                "stats" (the rate alone); see genenv_pl/envs/prompting.py.
         """
+        self.sim_prompt = check_sim_prompt(sim_prompt)
         self.categories = list(categories) if categories else list(DEFAULT_CATEGORIES)
         self.extra_seed_categories = list(extra_seed_categories or [])
         for key, names in (("categories", self.categories), ("extra_seed_categories", self.extra_seed_categories)):
@@ -630,7 +636,7 @@ class BFCLEnv(Environment):
             note = ("The seed is one turn of a multi-turn session; the new task is a standalone request "
                     "in the same backend state, its calls listed in execution order.")
         return simulator_messages(self._seed_view(seed), success_rate, note,
-                                  request_only=self.simulator_writes == "request")
+                                  request_only=self.simulator_writes == "request", sim_prompt=self.sim_prompt)
 
     def parse_task(self, text: str, seed: Task) -> Task:
         sd = seed.data

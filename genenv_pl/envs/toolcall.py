@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from genenv_pl.envs.base import InvalidTask, Message
+from genenv_pl.envs.prompting import success_guide
 
 ToolCall = dict[str, Any]  # {"name": str, "parameters": dict[str, Any]}
 ToolSchema = dict[str, Any]
@@ -572,27 +573,25 @@ values of the declared types and, where listed, one of the allowed values.
 - Do not repeat the seed's request: change what is asked or the values in it."""
 
 
-def difficulty_hint(success_rate: float | None) -> str:
-    """Steer towards the agent's frontier: success about half of the time (alpha = 0.5)."""
-    if success_rate is None:
-        return "The agent's success rate on this seed is unknown: keep a similar difficulty."
-    rate = f"The agent solved {success_rate:.0%} of recent variations of this seed"
-    if success_rate > 0.6:
-        return (f"{rate}: make the new task harder (e.g. more arguments, values that need a small "
-                "inference or conversion, distractor functions).")
-    if success_rate < 0.4:
-        return (f"{rate}: make the new task easier (e.g. fewer arguments, values stated "
-                "explicitly, fewer functions).")
-    return f"{rate}: keep a similar difficulty."
+def difficulty_hint(success_rate: float | None, sim_prompt: str = "rule") -> str:
+    """The agent's recent success on the seed; with "rule", also steer towards its frontier: success
+    about half of the time (alpha = 0.5). See genenv_pl/envs/prompting.py."""
+    return success_guide(
+        success_rate, sim_prompt, stat="The agent solved {rate} of recent variations of this seed", only=False,
+        harder="make the new task harder (e.g. more arguments, values that need a small inference or conversion, "
+               "distractor functions).",
+        easier="make the new task easier (e.g. fewer arguments, values stated explicitly, fewer functions).",
+        unknown="The agent's success rate on this seed is unknown: keep a similar difficulty.")
 
 
 def simulator_messages(seed_view: dict[str, Any], success_rate: float | None, note: str = "",
-                       request_only: bool = False) -> list[Message]:
+                       request_only: bool = False, sim_prompt: str = "rule") -> list[Message]:
     """Messages asking for one variation of `seed_view` ({"question", "tools", "calls"}): a whole
     task (`SIMULATOR_SYSTEM`), or with `request_only` a new request and its calls for the seed's
-    tools (`REQUEST_SIMULATOR_SYSTEM`, read back by `parse_generated_request`)."""
+    tools (`REQUEST_SIMULATOR_SYSTEM`, read back by `parse_generated_request`). `sim_prompt`: what
+    it says about the agent's success ("rule" or "stats", `difficulty_hint`)."""
     user = ("Seed task:\n" + json.dumps(seed_view, ensure_ascii=False) + "\n\n"
-            + (note + "\n" if note else "") + difficulty_hint(success_rate)
+            + (note + "\n" if note else "") + difficulty_hint(success_rate, sim_prompt)
             + "\nWrite the new task as one JSON object.")
     system = REQUEST_SIMULATOR_SYSTEM if request_only else SIMULATOR_SYSTEM
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -65,6 +65,7 @@ import re
 from typing import Any
 
 from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, read_jsonl, resolve_data_root
+from genenv_pl.envs.prompting import check_sim_prompt, success_guide
 from genenv_pl.envs.text_metrics import extract_json_object
 from genenv_pl.envs.travelplanner_checks import (CUISINES, HOUSE_RULES, ROOM_TYPES, TRANSPORT_RULES, PlanReport,
                                                  Sandbox, evaluate_plan, parse_plan, to_number)
@@ -348,6 +349,7 @@ class TravelPlannerEnv(Environment):
         success_threshold: float = 1.0,
         split_salt: str = "genenv-travelplanner",
         max_people: int = 8,
+        sim_prompt: str = "rule",
     ):
         """
         Args:
@@ -361,7 +363,11 @@ class TravelPlannerEnv(Environment):
             success_threshold: reward at which a rollout counts as a success (1.0 = every check).
             split_salt: seeds the choice of candidate cities.
             max_people: largest group a generated query may have.
+            sim_prompt: what the simulator's prompt says about the agent's success on the seed:
+                "rule" (the rate and "make it harder" above 60%, "easier" below 40%) or "stats" (the
+                rate alone); see genenv_pl/envs/prompting.py.
         """
+        self.sim_prompt = check_sim_prompt(sim_prompt)
         if unverifiable_flights not in ("exclude", "fail"):
             raise ValueError(f"unverifiable_flights must be 'exclude' or 'fail', got {unverifiable_flights!r}")
         self.root = resolve_data_root(data_root, "travelplanner")
@@ -514,16 +520,11 @@ class TravelPlannerEnv(Environment):
 
     # ---- simulator side -----------------------------------------------------------------
     def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:
-        if success_rate is None:
-            aim = "Keep the difficulty similar."
-        elif success_rate > 0.6:
-            aim = (f"The agent satisfies {success_rate:.0%} of such queries: make it harder (a tighter but "
-                   "feasible budget, more travellers, more local constraints).")
-        elif success_rate < 0.4:
-            aim = (f"The agent satisfies only {success_rate:.0%} of such queries: make it easier (a looser "
-                   "budget, fewer travellers or constraints).")
-        else:
-            aim = f"The agent satisfies {success_rate:.0%} of such queries: keep a similar difficulty."
+        aim = success_guide(
+            success_rate, self.sim_prompt, stat="The agent satisfies {rate} of such queries",
+            harder="make it harder (a tighter but feasible budget, more travellers, more local constraints).",
+            easier="make it easier (a looser budget, fewer travellers or constraints).",
+            unknown="Keep the difficulty similar.")
         spec = _spec_view(seed.data)
         user = (
             f"Seed query: {seed.data['query']}\nIts fields: {json.dumps(spec)}\n\n"
