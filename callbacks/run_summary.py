@@ -10,7 +10,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
-EPOCH_KEYS = ("coevo/success_rate", "coevo/difficulty", "sim/updates", "agent/updates")
+EPOCH_KEYS = ("coevo/success_rate", "coevo/difficulty")  # logged by the curriculum callback, which runs before this one
+COUNTERS = {"sim/updates": "sim_updates", "agent/updates": "agent_updates"}  # GenEnvModule.counters
 
 
 class RunSummary(L.Callback):
@@ -25,8 +26,7 @@ class RunSummary(L.Callback):
         super().__init__()
         self.start: dict[str, float] = {}  # val/* of the starting agent (GenEnvModule.on_train_start)
         self.val: list[tuple[int, dict[str, float]]] = []  # (epoch, val/*) of each validation in fit
-        self.epochs: list[tuple[int, dict[str, float]]] = []  # (epoch, EPOCH_KEYS) of each training epoch
-        self._pending: int | None = None  # the epoch whose metrics are not all logged yet
+        self.epochs: list[tuple[int, dict[str, float]]] = []  # (epoch, EPOCH_KEYS and COUNTERS) of each training epoch
         self._began = time.perf_counter()
         self._patched: list[Any] = []
         self._resumed_at: int | None = None  # the first epoch of this session when it resumed a checkpoint
@@ -57,23 +57,19 @@ class RunSummary(L.Callback):
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._unpatch()
-        self._record_epoch(trainer)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # The module logs sim/updates in its on_train_epoch_end, which runs after the callbacks' hook:
-        # the epoch is read at the next hook (the next epoch's start, or the end of training).
-        self._pending = trainer.current_epoch
+        # Recorded here, before the epoch's checkpoint is written (the CLI puts this callback ahead of
+        # the checkpoint callbacks), so that a resumed run's summary has every epoch. The update counts
+        # come from the module's counters: it logs them in its own on_train_epoch_end, after this hook.
+        found = _scalars(trainer.callback_metrics)
+        record = {k: found[k] for k in EPOCH_KEYS if k in found}
+        counters = getattr(pl_module, "counters", {})
+        record.update({tag: float(counters[name]) for tag, name in COUNTERS.items() if name in counters})
+        self.epochs.append((trainer.current_epoch, record))
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._unpatch()  # (a run of no epoch never reached on_train_epoch_start)
-        self._record_epoch(trainer)
-
-    def _record_epoch(self, trainer: L.Trainer) -> None:
-        if self._pending is None:
-            return
-        found = _scalars(trainer.callback_metrics)
-        self.epochs.append((self._pending, {k: found[k] for k in EPOCH_KEYS if k in found}))
-        self._pending = None
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit":
@@ -145,6 +141,8 @@ class RunSummary(L.Callback):
         self.start = dict(state_dict.get("start", {}))
         self.val = [tuple(v) for v in state_dict.get("val", [])]
         self.epochs = [tuple(e) for e in state_dict.get("epochs", [])]
+        # (on_train_start sets it again; a run resumed after its last epoch never gets there)
+        self._resumed_at = self.epochs[-1][0] + 1 if self.epochs else None
 
 
 def _scalars(metrics: dict[str, Any]) -> dict[str, float]:

@@ -10,7 +10,7 @@ import zipfile
 
 from jsonargparse import DefaultHelpFormatter, namespace_to_dict, set_parsing_settings
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_warn
 
@@ -166,7 +166,10 @@ class GenEnvCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs) -> Trainer:
         trainer = super().instantiate_trainer(**kwargs)
         if not any(isinstance(cb, RunSummary) for cb in trainer.callbacks):  # every run says what it achieved
-            trainer.callbacks.append(RunSummary())
+            # before the checkpoint callbacks (Lightning runs those last): an epoch is recorded in the
+            # checkpoint written at its end, so a resumed run's summary misses none
+            at = next((i for i, cb in enumerate(trainer.callbacks) if isinstance(cb, Checkpoint)), len(trainer.callbacks))
+            trainer.callbacks.insert(at, RunSummary())
         return trainer
 
     def instantiate_classes(self) -> None:

@@ -108,6 +108,23 @@ def test_fit_prints_one_summary_with_the_logged_numbers(fitted, caplog):
     assert rest[4] == f"  logs: {os.path.relpath(cli.trainer.log_dir)}" and len(rest) == 5
 
 
+def test_a_resumed_run_summarizes_every_epoch_of_the_checkpoint(fitted, caplog):
+    """The last epoch is in the checkpoint written at its end: resuming a finished run (README's resume
+    command run once too often) prints the same epochs and counts, not one epoch short."""
+    tmp, override = fitted
+    assert (tmp / "ckpt" / "last.ckpt").is_file()  # written by the fit test, which runs first
+    with caplog.at_level(logging.INFO):
+        cli_main(["fit", "--config", str(REPO / "configs/quickstart.yaml"), "--config", override,
+                  "--ckpt_path", str(tmp / "ckpt" / "last.ckpt")])
+    block = _block("\n".join(caplog.messages), "fit")
+    logged = _scalars(sorted(glob.glob(str(tmp / "runs" / "t" / "version_*")))[0])
+    assert block[0].startswith(f"[genenv] run summary: fit, epochs 0-{EPOCHS - 1}, wall time ")
+    assert block[0].endswith(f"(this session, resumed at epoch {EPOCHS})")
+    updates = next(line for line in block if "simulator updates" in line)
+    assert updates == (f"  simulator updates (sim/updates): {int(logged['sim/updates'][-1])}; "
+                       f"agent updates (agent/updates): {int(logged['agent/updates'][-1])}")
+
+
 def test_test_prints_the_held_out_accuracy_per_group(fitted, caplog):
     tmp, override = fitted
     if not (tmp / "ckpt" / "last.ckpt").is_file():
