@@ -10,6 +10,11 @@ accuracy is read from TensorBoard against the agent training tasks consumed (`ag
     python bench/data_efficiency.py --arms genenv-partial genenv-random-partial --seeds 0 1 2 --name levers  # levers
     python bench/data_efficiency.py --jobs 2                            # two runs at a time (1 thread each)
     python bench/data_efficiency.py --report-only                       # tables from the finished runs only
+    python bench/data_efficiency.py --arms genenv offline-augment-1x offline-augment-1.8x offline-augment-3.3x --seeds 0 1 2 --name offline
+
+The offline-augment-Nx arms get N x the tasks GenEnv's simulator writes over the study (epochs x seeds_per_epoch
+x K, `genenv_data`), written once before training, and train N x as long (the same passes over their data as
+GenEnv over its own; `offline_overrides`): their curves run past GenEnv's budget, and read at it where they cross it.
 
 Resumable across sittings: a finished run's scalars are kept as `bench/results/<out folder>_runs/<run>.json`
 (committed with the results; the TensorBoard logs in `<out>` are not) and the run is never trained
@@ -42,7 +47,9 @@ ARMS: dict[str, dict] = {
     "genenv-random": {"data.coevo.variant": "genenv-random"},
     "static": {"data.coevo.variant": "static"},
     "no-band": {"data.coevo.variant": "no-band"},
-    # reference: the simulator's warm start teaches the curriculum rule itself
+    # reference: the simulator's warm start teaches the curriculum rule itself. The quickstart's prompt is
+    # data.env_args.sim_prompt "stats" (a success bucket, no instruction; arithmetic takes no "rule" prompt,
+    # which a from-scratch simulator could not read), so these arms are its rule-against-stats comparison.
     "genenv-rule-warmstart": {"data.env_args.sim_warm_start": "curriculum"},
     "genenv-random-rule-warmstart": {"data.env_args.sim_warm_start": "curriculum", "data.coevo.variant": "genenv-random"},
     # levers
@@ -61,6 +68,12 @@ ARMS: dict[str, dict] = {
     "genenv-simlr1e-3": {"model.simulator_optimizer.init_args.lr": 1.0e-3},
     "genenv-simkl0.01": {"model.rwr.kl_coef": 0.01},
     "genenv-ema0": {"data.coevo.success_ema": 0.0},  # the simulator sees the seed's latest p_hat, not an average
+    # offline data (`offline_overrides`): the paper's GenEnv-Static (5 variations of every base task by the initial
+    # simulator), and offline augmentation at N x GenEnv's generated data, written once by the initial simulator
+    "static-paper": {"data.coevo.variant": "static-paper", "study.genenv_tasks_per_epoch": True},
+    "offline-augment-1x": {"data.coevo.variant": "offline-augment", "study.genenv_data_x": 1.0},
+    "offline-augment-1.8x": {"data.coevo.variant": "offline-augment", "study.genenv_data_x": 1.8},
+    "offline-augment-3.3x": {"data.coevo.variant": "offline-augment", "study.genenv_data_x": 3.3},
 }
 MAIN_ARMS = ["genenv", "genenv-random", "static", "no-band", "genenv-rule-warmstart", "genenv-task"]
 
@@ -72,12 +85,47 @@ def _set(d: dict, dotted: str, value) -> None:
     d[last] = value
 
 
+def genenv_data(epochs: int) -> dict[str, int]:
+    """What the study's `genenv` arm (the quickstart's data.coevo) trains on over `epochs` epochs, in task slots:
+    `generated`, the simulator-written tasks its agent rolls out (epochs x seeds_per_epoch x K, each a fresh task
+    seen once); `tasks_per_epoch`, its agent training tasks an epoch (those K per seed, base and replayed tasks);
+    `tasks`, all of them over the run. Upper bounds: invalid and duplicate generations leave slots empty (a finished
+    genenv run's `coevo/valid_tasks` per epoch counts the filled ones)."""
+    coevo = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())["data"]["coevo"]
+    fresh = coevo["seeds_per_epoch"] * coevo["num_generations_per_prompt"]
+    per_epoch = fresh + coevo.get("base_tasks_per_epoch", 0) + coevo.get("replay_tasks_per_epoch", 0)
+    return {"generated": epochs * fresh, "tasks_per_epoch": per_epoch, "tasks": epochs * per_epoch}
+
+
+def offline_overrides(arm: str, epochs: int) -> tuple[dict, int]:
+    """The `study.*` keys of an offline arm as config overrides, and the arm's epochs.
+
+    "Nx GenEnv's data" (`study.genenv_data_x`: N): the augmentation set holds round(N x `generated`) tasks, on top
+    of the base tasks, written once before training by the initial simulator. Its agent takes GenEnv's
+    `tasks_per_epoch` tasks an epoch, in passes over the set, for ceil(N x epochs) epochs: the same number of
+    passes over its data as GenEnv makes over its own, N x GenEnv's agent training tasks (1x: equal data and equal
+    compute; validation falls every `--val-every` x `tasks_per_epoch` tasks in every arm, so each curve also reads
+    at GenEnv's budget). `study.genenv_tasks_per_epoch`: GenEnv's tasks an epoch from the fixed set, for `epochs`
+    epochs (static-paper at GenEnv's budget, as the other arms)."""
+    keys, data, out = ARMS[arm], genenv_data(epochs), {}
+    if keys.get("study.genenv_tasks_per_epoch") or "study.genenv_data_x" in keys:
+        out["data.coevo.offline_tasks_per_epoch"] = data["tasks_per_epoch"]
+    if "study.genenv_data_x" in keys:
+        n = keys["study.genenv_data_x"]
+        out["data.coevo.augment_size"] = round(n * data["generated"])
+        epochs = math.ceil(n * epochs - 1e-9)
+    return out, epochs
+
+
 def override(arm: str, seed: int, out: Path, args) -> dict:
     base = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
     callback = next(c for c in base["trainer"]["callbacks"] if c["class_path"].endswith("AlphaCurriculumCallback"))
     cb_args = {**callback["init_args"], "print_every_n_epochs": 50}
     cfg: dict = {}
-    for key, value in ARMS[arm].items():
+    offline, epochs = offline_overrides(arm, args.epochs)
+    for key, value in {**ARMS[arm], **offline}.items():
+        if key.startswith("study."):
+            continue
         if key.startswith("callback."):
             cb_args[key.split(".", 1)[1]] = value
         else:
@@ -87,7 +135,7 @@ def override(arm: str, seed: int, out: Path, args) -> dict:
     _set(cfg, "data.seed", seed)
     _set(cfg, "data.env_args", env_args)
     cfg["trainer"] = {
-        "max_epochs": args.epochs,
+        "max_epochs": epochs,
         "check_val_every_n_epoch": args.val_every,
         "enable_checkpointing": False,
         "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
@@ -136,7 +184,9 @@ def train(out: Path, arm: str, seed: int, args, threads: int) -> None:
 
 def keep(path: Path, log_dir: Path, arm: str, seed: int, args) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"arm": arm, "seed": seed, "overrides": ARMS[arm], "epochs": args.epochs, "scalars": kept_scalars(log_dir)}
+    offline, epochs = offline_overrides(arm, args.epochs)
+    record = {"arm": arm, "seed": seed, "overrides": {**ARMS[arm], **offline}, "epochs": epochs,
+              "scalars": kept_scalars(log_dir)}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))
     tmp.replace(path)  # atomic: a killed study never leaves half a run file
@@ -295,7 +345,8 @@ def main() -> None:
     data: dict[str, dict[int, dict]] = {}
     for (arm, seed), s in logs.items():
         data.setdefault(arm, {})[seed] = run_summary(s, target, ARMS[arm].get("callback.alpha", 0.5))
-    budget = statistics.mean(v["agent/tasks_seen"][-1][1] for v in logs.values())
+    at_budget = {k: v for k, v in logs.items() if "study.genenv_data_x" not in ARMS[k[0]]} or logs  # (Nx: N x as long)
+    budget = statistics.mean(v["agent/tasks_seen"][-1][1] for v in at_budget.values())
     table, js = report(data, target, args, budget)
     missing = [f"{a}_s{s}" for a, s in todo if (a, s) not in logs]
     if missing:

@@ -121,7 +121,7 @@ def section(study: real_llm.Study, args, result: dict, lines: list[str]) -> None
     files = sorted(real_llm.run_file(study, args, "episodes/x").parent.glob("*.json"))
     if files:
         result["episodes"] = {}
-        lines += ["", f"Episodes (whole games in the engine, at most 50 commands, 64 new tokens a reply, greedy): "
+        lines += ["", "Episodes (whole games in the engine, at most 50 commands, 64 new tokens a reply, greedy): "
                       "one game of every task type in both splits.", "",
                   "| agent | games | success | valid_seen | valid_unseen | mean commands | format errors |",
                   "|---|---|---|---|---|---|---|"]

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from genenv_pl.backends.base import SamplingParams
+from genenv_pl.models.factory import PolicyConfig
 
 
 @dataclass
@@ -115,11 +116,43 @@ class CoevoConfig:
     """Skip groups with equal rewards (no advantage; saves compute)."""
     success_ema: float = 0.5
     """Smoothing of each seed's success rate shown to the simulator (weight of the old value, 0-1)."""
-    variant: Literal["genenv", "genenv-random", "static", "no-band"] = "genenv"
+    variant: Literal["genenv", "genenv-random", "static", "static-paper", "offline-augment", "no-band"] = "genenv"
     """The paper's ablations, one line each: "genenv" (full method); "genenv-random" (the simulator
     generates every epoch but never learns); "static" (K variations of every seed generated once
-    before training, then plain GRPO on that fixed set); "no-band" (every scored seed batch trains
-    the simulator, no |p_hat - alpha| filter). The alpha sweep is the curriculum callback's `alpha`."""
+    before training, then plain GRPO on that fixed set, seeds_per_epoch x K of its tasks an epoch: an
+    equal-budget ablation); "static-paper" (the paper's GenEnv-Static: `offline_variations` variations
+    of every base task written once by the initial simulator, then plain GRPO on originals + variations,
+    the whole set each epoch); "offline-augment" (`augment_size` tasks written once by `augment_model`,
+    then plain GRPO on base + augmentation, the whole set each epoch); "no-band" (every scored seed
+    batch trains the simulator, no |p_hat - alpha| filter). The simulator never trains in the offline
+    ones ("static", "static-paper", "offline-augment"), whose set is in the checkpoints. The alpha sweep
+    is the curriculum callback's `alpha`."""
+    offline_variations: int = 5
+    """"static-paper": variations the initial simulator writes of every base (seed) task before training
+    (one sampling call per task, n = this). Invalid and duplicate ones are counted and dropped; the
+    fixed set is the base tasks plus the valid variations. Paper: 5 of each of 544 base samples (3,264
+    tasks with the originals)."""
+    augment_model: PolicyConfig | str | None = None
+    """"offline-augment": the model that writes the augmentation set, as `model.simulator` is given (a
+    policy config: model, gguf_file, dtype, tiny, warm_start, ...) or only its `model` (a folder, a
+    package that ships weights, a hub id, "tiny"). Built once, frozen, for that generation only, then
+    freed; it writes with the simulator's prompt and `sim_sampling`. None: the simulator's initial
+    weights (the simulator itself, which these variants never train)."""
+    augment_size: int | None = None
+    """"offline-augment" (required there): valid, distinct generated tasks in the augmentation set, on
+    top of the base tasks (so the fixed set is base + augment_size tasks). Written in rounds of
+    `num_generations_per_prompt` variations of base tasks taken in a shuffled cycle, each round sized by
+    the valid share so far, until this many are valid (invalid and duplicate ones counted and dropped);
+    it stops short, with a warning, if three rounds in a row add nothing. "Nx GenEnv's data" is N times the tasks GenEnv's simulator writes over
+    its run: epochs x seeds_per_epoch x K (bench/data_efficiency.py computes it for its study)."""
+    offline_tasks_per_epoch: int | None = None
+    """"static-paper" and "offline-augment": agent tasks of the fixed set an epoch. None (the paper's
+    epochs): the whole set, shuffled, each epoch. A number: that many, taken in order from passes over
+    the set (each pass a new shuffle, carried across epochs and checkpoints): every task is seen once
+    per pass, and each epoch's rollouts come from the current agent (a whole-set epoch rolls out every
+    task with the agent of the epoch's start, then takes all its steps). These variants train on the
+    set alone: `base_tasks_per_epoch` and `replay_tasks_per_epoch` are not used (the set holds the base
+    tasks; D_train replay belongs to GenEnv)."""
     difficulty_unit: Literal["seed_batch", "task"] = "seed_batch"
     """What one difficulty estimate p_hat covers. "seed_batch" (the paper): all K_valid * G rollouts of
     a seed's variations; R_env and the band apply to the whole batch, so one trivial and one

@@ -14,6 +14,7 @@ import random
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
 from genenv_pl.batching import Step, Steps
@@ -21,8 +22,8 @@ from genenv_pl.coevo import Group, generate_tasks, rollout  # module-level: test
 from genenv_pl.config import CoevoConfig
 from genenv_pl.envs import Environment, Task, make_env
 from genenv_pl.envs.base import ConfigError
-from genenv_pl.epoch import Curriculum, EpochState, Learner, RoundStats, SimSample, build_steps, run_epoch
-from genenv_pl.epoch import simulator_samples as _simulator_samples  # noqa: F401 (tests/test_difficulty_unit.py)
+from genenv_pl.epoch import (Curriculum, EpochState, Learner, RoundStats, SimSample, build_steps, offline_summary,
+                             run_epoch)
 from genenv_pl.pools import Pools
 from genenv_pl.seam import RankSeam
 
@@ -51,12 +52,15 @@ class GenEnvDataModule(L.LightningDataModule):
         if self.cfg.agent_task_budget is not None and self.cfg.agent_task_budget < 1:
             raise ValueError(f"data.coevo.agent_task_budget: agent training tasks to stop after, at least 1 "
                              f"(or null for no budget); got {self.cfg.agent_task_budget}")
+        _check_offline(self.cfg)
         self.seed = seed
         self.rng = random.Random(seed)
         self.pools = Pools()
         self.success_rates: dict[str, float] = {}  # seed id -> EMA of p_hat of its variations
         self.last_round: RoundStats | None = None
-        self.static_tasks: list[dict] | None = None  # the fixed task set of the "static" ablation
+        self.static_tasks: list[dict] | None = None  # the written tasks of a fixed set ("static", "static-paper", ...)
+        self.offline_stats: dict | None = None  # how "static-paper" / "offline-augment" wrote their set
+        self.offline_pass: list[int] = []  # what is left of the current pass over that set (offline_tasks_per_epoch)
         self.tasks_seen = 0  # agent training tasks rolled out so far (x G rollouts each): the data-efficiency axis
         self.generated_through = -1  # last epoch whose data was generated (saved: a resume must not redo it)
         self.steps_left = 0  # steps of that epoch not run yet (saved: a checkpoint with some left cannot resume)
@@ -94,7 +98,8 @@ class GenEnvDataModule(L.LightningDataModule):
         if self.budget_spent:  # resumed from the checkpoint of the epoch that spent it: nothing left to train
             self.trainer.should_stop = True
             return _loader([Step()])
-        state = EpochState(self.rng, self.pools, self.success_rates, self.static_tasks, self.tasks_seen)
+        state = EpochState(self.rng, self.pools, self.success_rates, self.static_tasks, self.tasks_seen,
+                           self.offline_pass, self.offline_stats)
         # Generation computes as training does (bf16-mixed: under its autocast); the precision plugin never
         # sees the steps' fp32 values (`Step`).
         with self.learner.autocast():
@@ -102,7 +107,12 @@ class GenEnvDataModule(L.LightningDataModule):
                               self.trainer.current_epoch, self.seed, _progress(self.trainer), generate_tasks, rollout)
         self.success_rates.update(epoch.rates)
         self.pools.train.extend(epoch.train)
+        if epoch.offline_stats is not None and self.offline_stats is None:  # the fixed set was written this epoch
+            written = epoch.offline_stats
+            short = written["variant"] == "offline-augment" and written["written"] < written["requested"]
+            (rank_zero_warn if short else rank_zero_info)(offline_summary(written))
         self.static_tasks, self.last_round = epoch.static_tasks, epoch.stats
+        self.offline_stats, self.offline_pass = epoch.offline_stats, epoch.offline_pass
         self.tasks_seen += len(epoch.stats.groups)
         self._env_by_step, self.steps_left = epoch.env_by_step, len(epoch.steps)
         self.generated_through = self.trainer.current_epoch
@@ -168,6 +178,7 @@ class GenEnvDataModule(L.LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         return {"pools": self.pools.state_dict(), "success_rates": dict(self.success_rates),
                 "rng": _rng_to_list(self.rng.getstate()), "static_tasks": self.static_tasks,
+                "offline_stats": self.offline_stats, "offline_pass": list(self.offline_pass),
                 "tasks_seen": self.tasks_seen, "generated_through": self.generated_through, "steps_left": self.steps_left}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -175,9 +186,31 @@ class GenEnvDataModule(L.LightningDataModule):
         self.success_rates = dict(state["success_rates"])
         self.rng.setstate(_rng_from_list(state["rng"]))
         self.static_tasks = state.get("static_tasks")
+        self.offline_stats = state.get("offline_stats")
+        self.offline_pass = list(state.get("offline_pass", []))
         self.tasks_seen = state.get("tasks_seen", 0)
         self.generated_through = state.get("generated_through", -1)
         self.steps_left = state.get("steps_left", 0)
+
+
+def _check_offline(cfg: CoevoConfig) -> None:
+    """The settings of the offline variants ("static-paper", "offline-augment"), each error naming its key."""
+    if cfg.offline_variations < 1:
+        raise ConfigError(f"data.coevo.offline_variations: variations of each base task that static-paper writes, "
+                          f"at least 1; got {cfg.offline_variations}")
+    if cfg.offline_tasks_per_epoch is not None and cfg.offline_tasks_per_epoch < 1:
+        raise ConfigError(f"data.coevo.offline_tasks_per_epoch: tasks of the fixed set an epoch, at least 1 (or null "
+                          f"for the whole set); got {cfg.offline_tasks_per_epoch}")
+    if cfg.augment_size is not None and cfg.augment_size < 1:
+        raise ConfigError(f"data.coevo.augment_size: generated tasks that offline-augment writes, at least 1; got "
+                          f"{cfg.augment_size}")
+    if cfg.variant == "offline-augment" and cfg.augment_size is None:
+        raise ConfigError("data.coevo.augment_size: offline-augment writes a fixed augmentation set of this many tasks "
+                          "before training; set it (bench/data_efficiency.py sizes it as N x GenEnv's generated tasks)")
+    if cfg.variant != "offline-augment" and (cfg.augment_model is not None or cfg.augment_size is not None):
+        key = "augment_model" if cfg.augment_model is not None else "augment_size"
+        raise ConfigError(f"data.coevo.{key} is set, but only data.coevo.variant offline-augment writes an augmentation "
+                          f"set (variant is {cfg.variant!r})")
 
 
 def _loader(steps: list[Step]) -> DataLoader:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ContextManager, Protocol
 
@@ -26,6 +27,7 @@ from genenv_pl.config import CoevoConfig
 from genenv_pl.curriculum import rwr_weights, success_rate
 from genenv_pl.envs import Environment, Task
 from genenv_pl.epoch_metrics import epoch_metrics
+from genenv_pl.models.factory import PolicyConfig
 from genenv_pl.policy import Policy
 from genenv_pl.pools import Pools, env_entry, train_entry
 from genenv_pl.seam import Part, RankSeam
@@ -47,6 +49,8 @@ class Learner:
     grpo_iterations: int = 1
     rwr_lambda: float = 1.0
     env_replay: int = 0  # D_env samples replayed into each epoch's simulator update
+    # a model built from its config for generation only (data.coevo.augment_model): frozen, freed when the block ends
+    frozen_policy: Callable[[PolicyConfig | str], ContextManager[Policy]] | None = None
 
 
 class Curriculum(Protocol):
@@ -67,6 +71,8 @@ class EpochState:
     success_rates: dict[str, float]
     static_tasks: list[dict] | None
     tasks_seen: int
+    offline_pass: list[int] = field(default_factory=list)  # what is left of the fixed set's current pass (`plan`)
+    offline_stats: dict | None = None  # how the fixed set of "static-paper" / "offline-augment" was written
 
 
 @dataclass
@@ -87,6 +93,8 @@ class Epoch:
     train: list[dict]  # new D_train entries, every rank's
     static_tasks: list[dict] | None
     stats: RoundStats
+    offline_pass: list[int] = field(default_factory=list)
+    offline_stats: dict | None = None
 
 
 @dataclass
@@ -94,6 +102,7 @@ class Plan:
     seeds: list[Task]  # the simulator writes K variations of each
     tasks: list[tuple[Task, str]]  # the agent's other tasks, by source: "static", "base", "replay"
     env_replay: list[dict]  # D_env entries replayed into the simulator's update
+    offline_pass: list[int] = field(default_factory=list)  # the fixed set's pass, after this epoch's share
 
 
 @dataclass
@@ -112,13 +121,15 @@ def run_epoch(env: Environment, cfg: CoevoConfig, learner: Learner, curriculum: 
     seam.seed_torch(seed, epoch)
     t0 = time.perf_counter()
     sim_params, agent_params = _sampling(cfg, learner)
-    seeds_all, static = env.seed_tasks(), state.static_tasks
+    seeds_all, static, offline = env.seed_tasks(), state.static_tasks, state.offline_stats
     if cfg.variant == "static" and static is None:  # a fixed set, written once by the initial simulator
         written = _generate(env, learner, seam, seeds_all, {}, sim_params, generate, progress, cfg.max_seq_len)
         static = [t.to_dict() for t in seam.gather_tasks([t for b in written for t in b.tasks])]
+    elif cfg.variant in OFFLINE_SETS and static is None:  # written once, before the first update
+        static, offline = write_offline(env, cfg, learner, seam, seeds_all, sim_params, state.rng, generate, progress)
     p = plan(cfg, seeds_all, state, static, learner.env_replay)
     step_rng = seam.step_rng(state.rng)
-    batches = [] if cfg.variant == "static" else \
+    batches = [] if cfg.variant in FIXED_SETS else \
         _generate(env, learner, seam, p.seeds, state.success_rates, sim_params, generate, progress, cfg.max_seq_len)
     agent, mine = learner.sampling_policy("agent"), None  # (FSDP: gathers the weights, every rank)
     with seam.guard() as failure:  # this rank's share, apart from the others
@@ -141,15 +152,22 @@ def run_epoch(env: Environment, cfg: CoevoConfig, learner: Learner, curriculum: 
     new_static = [] if static is state.static_tasks else [train_entry(epoch, Task.from_dict(d), [], None) for d in static]
     seen = state.tasks_seen + len(whole.groups)
     metrics = epoch_metrics(whole, seen, curriculum.zone_metrics(whole.batches), sum(len(e) for e in whole.env))
+    if cfg.variant in OFFLINE_SETS and offline is not None:
+        metrics.update(offline_metrics(offline))
     return Epoch(steps, whole.env, whole.rates, new_static + whole.train, static,
-                 RoundStats(epoch, whole.batches, whole.groups, metrics))
+                 RoundStats(epoch, whole.batches, whole.groups, metrics), p.offline_pass,
+                 offline if cfg.variant in OFFLINE_SETS else None)
 
 
 # ---- plan -----------------------------------------------------------------------------------
 def plan(cfg: CoevoConfig, seeds_all: list[Task], state: EpochState, static: list[dict] | None, env_replay: int) -> Plan:
     """What the epoch trains on, drawn from the shared rng (identical on every rank): the seeds the simulator
-    varies (or, "static", tasks of the fixed set), seed tasks, tasks replayed from D_train, D_env samples."""
+    varies (or, "static", tasks of the fixed set), seed tasks, tasks replayed from D_train, D_env samples.
+    "static-paper" and "offline-augment": the fixed set alone (`offline_tasks`)."""
     rng, seeds, tasks = state.rng, [], []
+    if cfg.variant in OFFLINE_SETS:
+        tasks, left = offline_tasks(cfg, seeds_all, static, state)
+        return Plan([], tasks, [], left)
     if cfg.variant == "static":  # as many fixed tasks an epoch as GenEnv's seeds_per_epoch x K fresh ones
         n = min(cfg.seeds_per_epoch * cfg.num_generations_per_prompt, len(static))
         tasks = [(Task.from_dict(d), "static") for d in rng.sample(static, k=n)]
@@ -159,6 +177,28 @@ def plan(cfg: CoevoConfig, seeds_all: list[Task], state: EpochState, static: lis
     tasks += [(t, "replay") for t in state.pools.sample_train_tasks(rng, cfg.replay_tasks_per_epoch)]
     replay = state.pools.sample_env(rng, env_replay) if trains_simulator(cfg) else []
     return Plan(seeds, tasks, replay)
+
+
+def offline_tasks(cfg: CoevoConfig, seeds_all: list[Task], static: list[dict], state: EpochState
+                  ) -> tuple[list[tuple[Task, str]], list[int]]:
+    """The epoch's share of the fixed set of "static-paper" / "offline-augment": the base tasks ("base") and
+    the written ones ("static"), shuffled. offline_tasks_per_epoch None: the whole set (a pass each epoch).
+    A number: that many, in order from the current pass (`state.offline_pass`, indices into the set) and, when
+    it runs out, from a new shuffle. Returns the tasks and what is left of the pass."""
+    pool = [(t, "base") for t in seeds_all] + [(Task.from_dict(d), "static") for d in static]
+    if cfg.offline_tasks_per_epoch is None or not pool:
+        return state.rng.sample(pool, k=len(pool)), []
+    order, left = [], list(state.offline_pass)
+    while len(order) < cfg.offline_tasks_per_epoch:
+        if not left:
+            left = state.rng.sample(range(len(pool)), k=len(pool))
+        take = left[: cfg.offline_tasks_per_epoch - len(order)]
+        order, left = order + take, left[len(take):]
+    return [pool[i] for i in order], left
+
+
+FIXED_SETS = ("static", "static-paper", "offline-augment")  # written once; the simulator neither writes again nor learns
+OFFLINE_SETS = ("static-paper", "offline-augment")  # trained on whole: the paper's GenEnv-Static, offline augmentation
 
 
 def trains_simulator(cfg: CoevoConfig) -> bool:
@@ -179,14 +219,99 @@ def _sampling(cfg: CoevoConfig, learner: Learner) -> tuple[SamplingParams, Sampl
 
 # ---- generate -------------------------------------------------------------------------------
 def _generate(env: Environment, learner: Learner, seam: RankSeam, seeds: list[Task], rates: dict[str, float],
-              params: SamplingParams, generate: Callable, progress: Progress | None, max_seq_len: int | None
-              ) -> list[SeedBatch]:
-    """Step 1 on this rank's share of `seeds` (`coevo.generate_tasks`)."""
-    simulator = learner.sampling_policy("simulator")  # (FSDP: gathers the weights, every rank)
+              params: SamplingParams, generate: Callable, progress: Progress | None, max_seq_len: int | None,
+              writer: Policy | None = None) -> list[SeedBatch]:
+    """Step 1 on this rank's share of `seeds` (`coevo.generate_tasks`), by the simulator or by `writer`."""
+    simulator = writer or learner.sampling_policy("simulator")  # (FSDP: gathers the weights, every rank)
     batches: list[SeedBatch] = []
     with seam.guard() as failure:
         batches = generate(env, simulator, learner.backend, seam.shard(seeds), rates, params, progress, max_seq_len)
     return seam.drop_repeats(batches, seeds, env.task_key, failure)
+
+
+# ---- the offline variants' fixed set ----------------------------------------------------------
+def write_offline(env: Environment, cfg: CoevoConfig, learner: Learner, seam: RankSeam, seeds: list[Task],
+                  params: SamplingParams, rng: random.Random, generate: Callable, progress: Progress | None
+                  ) -> tuple[list[dict], dict]:
+    """The fixed set of "static-paper" and "offline-augment", written once before the first update: the
+    written tasks (the base tasks join them in `plan`) and how writing went (`offline_metrics`). Outputs
+    that do not parse or fail the environment's checks, and duplicates (of a base task or of another
+    written one), are counted and dropped. "static-paper": `offline_variations` of every base task, by the
+    initial simulator. "offline-augment": `augment_size` tasks by `augment_model` (None: the initial
+    simulator), in rounds of K variations of base tasks taken in a shuffled cycle (the shared rng), each
+    round as many as the valid share so far says are missing, until that many are valid (the surplus of
+    the last round is dropped) or three rounds in a row add none."""
+    k = cfg.offline_variations if cfg.variant == "static-paper" else cfg.num_generations_per_prompt
+    params = replace(params, n=k)
+    model = cfg.augment_model if cfg.variant == "offline-augment" else None
+    if model is not None and learner.frozen_policy is None:
+        raise RuntimeError("data.coevo.augment_model needs a Learner with frozen_policy (GenEnvModule.learner)")
+    known, tasks, counts = {env.task_key(s) for s in seeds}, [], {}
+
+    def write(batch_seeds: list[Task], writer: Policy | None) -> int:
+        """K variations of each of `batch_seeds` (every rank's share); the new valid ones join `tasks`."""
+        batches = _generate(env, learner, seam, batch_seeds, {}, params, generate, progress, cfg.max_seq_len, writer)
+        for name, n in seam.total(_written_counts(batches)).items():
+            counts[name] = counts.get(name, 0) + n
+        before = len(tasks)
+        for t in seam.gather_tasks([t for b in batches for t in b.tasks]):
+            if env.task_key(t) in known:  # also written in an earlier round
+                counts["duplicates"] = counts.get("duplicates", 0) + 1
+            else:
+                known.add(env.task_key(t))
+                tasks.append(t.to_dict())
+        return len(tasks) - before
+
+    with learner.frozen_policy(model) if model is not None else nullcontext() as writer:
+        if cfg.variant == "static-paper":  # every base task once
+            target = len(seeds) * k
+            write(seeds, writer)
+        else:  # rounds sized by the valid share so far (at first 80%, at least 2%), at most 4 x the set
+            target, cycle, idle = cfg.augment_size, [], 0
+            while seeds and len(tasks) < target and idle < 3:
+                rate = len(tasks) / counts["generations"] if counts.get("generations") else 0.8
+                outputs = min(1.1 * (target - len(tasks)) / max(rate, 0.02), 4 * target)
+                batch_seeds = []
+                while len(batch_seeds) < math.ceil(outputs / k):
+                    cycle = cycle or rng.sample(seeds, k=len(seeds))
+                    batch_seeds.append(cycle.pop())
+                idle = 0 if write(batch_seeds, writer) else idle + 1
+    surplus = max(len(tasks) - target, 0)
+    writer_name = "the initial simulator" if model is None else repr(model if isinstance(model, str) else model.model)
+    return tasks[: len(tasks) - surplus], {
+        "variant": cfg.variant, "writer": writer_name, "base_tasks": len(seeds), "requested": target,
+        "written": len(tasks) - surplus, "surplus": surplus, "generations": counts.get("generations", 0),
+        "invalid": counts.get("invalid", 0), "duplicates": counts.get("duplicates", 0),
+        "invalid_reasons": {r.removeprefix("invalid/"): n for r, n in counts.items() if r.startswith("invalid/")}}
+
+
+def _written_counts(batches: list[SeedBatch]) -> dict[str, int]:
+    counts = {"generations": sum(len(b.generations) + b.invalid.get("overlong_prompt", 0) for b in batches),
+              "invalid": sum(sum(b.invalid.values()) for b in batches), "duplicates": sum(b.duplicates for b in batches)}
+    for b in batches:
+        for reason, n in b.invalid.items():
+            counts[f"invalid/{reason}"] = counts.get(f"invalid/{reason}", 0) + n
+    return counts
+
+
+def offline_metrics(stats: dict) -> dict[str, float]:
+    """The fixed set's size and what writing it dropped (logged every epoch: constant after the first)."""
+    n = max(stats["generations"], 1)
+    return {"coevo/offline_set_size": float(stats["base_tasks"] + stats["written"]),
+            "coevo/offline_written": float(stats["written"]),
+            "coevo/offline_invalid_rate": stats["invalid"] / n, "coevo/offline_duplicate_rate": stats["duplicates"] / n}
+
+
+def offline_summary(stats: dict) -> str:
+    """One line on how the fixed set was written, for the log."""
+    line = (f"[genenv] {stats['variant']}: {stats['writer']} wrote {stats['written']:,} valid tasks from "
+            f"{stats['base_tasks']:,} base tasks ({stats['generations']:,} sampled: {stats['invalid']:,} invalid, "
+            f"{stats['duplicates']:,} duplicates); the agent trains on a fixed set of "
+            f"{stats['base_tasks'] + stats['written']:,} tasks")
+    if stats["variant"] == "offline-augment" and stats["written"] < stats["requested"]:
+        line += (f". Short of data.coevo.augment_size ({stats['requested']:,}): three rounds in a row wrote no "
+                 f"new valid task")
+    return line
 
 
 # ---- score ----------------------------------------------------------------------------------
@@ -285,6 +410,9 @@ def _agent_batches(cfg: CoevoConfig, groups: list[Group], pad_id: int, advantage
         rows = [(r, a) for g, adv in kept[i : i + cfg.agent_batch_size] for r, a in zip(g.rollouts, adv.tolist())]
         batch = pack([r.prompt_ids for r, _ in rows], [r.response_ids for r, _ in rows], pad_id, [r.logprobs for r, _ in rows])
         batch["advantages"] = torch.tensor([a for _, a in rows], dtype=torch.float32)
+        # not trained on: the step's mean reward (agent/step_reward, the paper's Fig. 4a) is read from it
+        batch["rewards"] = torch.tensor([w for g, _ in kept[i : i + cfg.agent_batch_size] for w in g.rewards],
+                                        dtype=torch.float32)
         batch["temperature"] = torch.tensor(cfg.agent_sampling.temperature, dtype=torch.float32)
         batches.append(batch)
     if old_logprobs is not None and batches:

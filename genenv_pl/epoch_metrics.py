@@ -2,11 +2,35 @@
 rank's part). The alpha-zone ones come from the curriculum callback (`zone_metrics`)."""
 from __future__ import annotations
 
+from genenv_pl.coevo import Group
 from genenv_pl.seam import Part
 
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
+
+
+# Sources of the groups whose tasks a model wrote: this epoch's simulator ("fresh"), or the fixed set of a
+# fixed-set variant ("static": written once, before training). "base" tasks are seeds, "replay" earlier epochs'.
+GENERATED = ("fresh", "static")
+
+
+def solve_fractions(successes: list[list[bool]]) -> dict[str, float]:
+    """The paper's Fig. 8: of the tasks with these rollout successes (one list of G per task), the share
+    solved in all G rollouts, in some but not all, and in none. A rollout succeeds as it does for p_hat
+    (reward >= the environment's `success_threshold`, `coevo.rollout`), so a non-binary reward counts
+    as the success rate counts it. NaN without any task (the tags still appear, as gaps). Counts over
+    the whole epoch's tasks, every rank's, then divided: the shares of all ranks together."""
+    kinds = ["solved" if all(s) else "partial" if any(s) else "unsolved" for s in successes if s]
+    n = len(kinds)
+    return {f"coevo/{k}_frac": kinds.count(k) / n if n else float("nan") for k in ("solved", "partial", "unsolved")}
+
+
+def response_length(groups: list[Group]) -> float:
+    """Mean agent response length in tokens (EOS included when the agent stopped) over every rollout
+    of these groups: total tokens over total rollouts, not a mean of per-group means."""
+    lengths = [len(r.response_ids) for g in groups for r in g.rollouts]
+    return _mean([float(n) for n in lengths])
 
 
 def epoch_metrics(whole: Part, tasks_seen: int, zone: dict[str, float], sim_samples: int) -> dict[str, float]:
@@ -41,6 +65,9 @@ def epoch_metrics(whole: Part, tasks_seen: int, zone: dict[str, float], sim_samp
         "coevo/overlong_tasks": float(whole.overlong),  # agent prompts past max_seq_len: not rolled out
         "agent/zero_std_frac": whole.zero_std / max(len(groups), 1),
         "agent/train_reward": _mean([r for g in groups for r in g.rewards]),
+        # every rollout the epoch trains on (generated, seed and replayed tasks alike): the paper's Fig. 5a/b
+        "agent/response_length": response_length(groups),
+        **solve_fractions([g.successes for g in groups if g.source in GENERATED]),
         "agent/tasks_seen": float(tasks_seen),
         "perf/rollout_tokens_per_s": tokens / max(whole.seconds, 1e-9),
         "perf/generation_seconds": whole.seconds,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-from typing import Any
+import gc
+from typing import Any, Iterator
 
 import lightning as L
 import torch
@@ -21,11 +22,12 @@ from lightning.pytorch.utilities import rank_zero_info
 from genenv_pl.backends import make_backend
 from genenv_pl.batching import Step, split_rows
 from genenv_pl.config import GRPOConfig, RWRConfig
-from genenv_pl.distributed import compute_copy, full_state_dict, shard_module, sharding
+from genenv_pl.distributed import RankSync, compute_copy, full_state_dict, shard_module, sharding
 from genenv_pl.epoch import Learner
 from genenv_pl.evaluation import (EvalSettings, act, answer, eval_metrics, format_table, start_line, table_scalars,
                                   test_table, write_results)
 from genenv_pl.losses import GRPOTerms, RWRTerms, group_advantages, grpo_loss, low_var_kl, rwr_loss
+from genenv_pl.envs.base import ConfigError
 from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base, resolve_model_path, trained_policy
 from genenv_pl.policy import Policy, causal_logprobs
 from genenv_pl.update import Updater
@@ -111,7 +113,41 @@ class GenEnvModule(L.LightningModule):
                        advantages=self.advantages,
                        old_logprobs=self.old_logprobs if self.uses_recomputed_old_logp() else None,
                        autocast=self.autocast, grpo_iterations=self.grpo.num_iterations,
-                       rwr_lambda=self.rwr.rwr_lambda, env_replay=self.rwr.replay_per_epoch)
+                       rwr_lambda=self.rwr.rwr_lambda, env_replay=self.rwr.replay_per_epoch,
+                       frozen_policy=self.frozen_policy)
+
+    @contextlib.contextmanager
+    def frozen_policy(self, cfg: PolicyConfig | str) -> Iterator[Policy]:
+        """A policy built from `cfg` (a policy config, or only its `model`) for generation alone: the model
+        that writes offline-augment's set (data.coevo.augment_model). Built as a simulator is (its warm start,
+        if any, trained once and cached), frozen, in eval mode, on this rank's device, and freed when the block
+        ends (the backend releases it too: a vLLM engine of its own is shut down). Several ranks: rank 0 builds
+        first, as `configure_model` does, so that a warm start is trained once."""
+        cfg = PolicyConfig(model=cfg) if isinstance(cfg, str) else cfg
+        strategy = self.trainer.strategy
+        if self.trainer.global_rank != 0:
+            strategy.barrier("genenv_build_augment_model")
+        try:
+            policy = build_policy(cfg, "simulator", self.env, self.cache_dir)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"data.coevo.augment_model: could not build {cfg.model!r}: {e}") from e
+        finally:
+            if self.trainer.global_rank == 0:
+                strategy.barrier("genenv_build_augment_model")
+        policy.model.requires_grad_(False)
+        policy.model.eval()
+        policy.model.to(self.device)
+        rank_zero_info(f"[genenv] data.coevo.augment_model {cfg.model!r}: {policy.num_parameters():,} params, "
+                       f"built to write the augmentation set")
+        try:
+            yield policy
+        finally:
+            self.backend.release(policy)
+            policy.model = None  # the caller may still hold the policy; the weights go now
+            del policy
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
     # ---- models -------------------------------------------------------------------------
     @property
@@ -296,9 +332,29 @@ class GenEnvModule(L.LightningModule):
     def training_step(self, batch: Step, batch_idx: int) -> None:
         """One GRPO step of the agent and one RWR step of the simulator, each on its part of the batch
         (either may be None). `Updater.run` also keeps several ranks in step (`genenv_pl/update.py`)."""
-        self.updater.run("agent", batch["agent"], self._agent_step)
+        reward = self._step_reward(batch["agent"])  # (a collective: every rank, every step, before the update)
+        if self.updater.run("agent", batch["agent"], self._agent_step):
+            self._log_step(reward)
         kept = self.updater.run("sim", batch["sim"], self._sim_step)
         self.trainer.datamodule.step_done(batch_idx, simulator_kept=kept)  # D_env keeps a kept step's samples
+
+    def _step_reward(self, b: dict[str, torch.Tensor] | None) -> dict[str, float]:
+        """The mean reward of the rollouts this training step's agent update learns from, over every rank's
+        batch: the ranks' sums and counts are added, not their means averaged (ranks hold different numbers
+        of rows). Empty when no rank has any (no update to log it at)."""
+        total, n = reward_sum(b)
+        sync = RankSync(self.trainer)
+        total, n = sync.sum(total), sync.sum(n)
+        return {"agent/step_reward": total / n} if n else {}
+
+    def _log_step(self, metrics: dict[str, float]) -> None:
+        """Per-update scalars, one point per kept update, written to the loggers directly: `self.log(on_step=True)`
+        would keep only every `trainer.log_every_n_steps`-th. At the step Lightning logs the others at
+        (the training step), so they share TensorBoard's x axis. (TensorBoard logs on rank 0 alone.)"""
+        if metrics:
+            step = self.trainer.fit_loop.epoch_loop._batches_that_stepped
+            for logger in self.loggers:
+                logger.log_metrics(metrics, step=step)
 
     def advantages(self, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """GRPO's group-normalized advantages of [groups, G] rewards (and which groups have zero spread).
@@ -458,6 +514,14 @@ class GenEnvModule(L.LightningModule):
         # the latest logged scalars (the epoch's coevo/agent/sim terms, the last val/*): `export` reports them
         checkpoint["genenv_metrics"] = {k: float(v) for k, v in self.trainer.callback_metrics.items() if v.numel() == 1}
 
+
+
+def reward_sum(b: dict[str, torch.Tensor] | None) -> tuple[float, float]:
+    """(sum, number) of the rewards of an agent batch's rollouts; (0, 0) without a batch, or for a batch
+    without rewards (a blank one, which runs only to join the ranks' collectives)."""
+    if b is None or "rewards" not in b:
+        return 0.0, 0.0
+    return float(b["rewards"].double().sum()), float(b["rewards"].numel())
 
 
 def _linear_warmup(steps: int):

@@ -102,6 +102,16 @@ class RankSeam:
             return tasks
         return [Task.from_dict(d) for part in self.sync.exchange([t.to_dict() for t in tasks]) for d in part]
 
+    def total(self, counts: dict[str, int]) -> dict[str, int]:
+        """Counts summed over the ranks, key by key, on every rank."""
+        if not self.distributed:
+            return dict(counts)
+        out: dict[str, int] = {}
+        for part in self.sync.exchange(counts):
+            for name, n in part.items():
+                out[name] = out.get(name, 0) + n
+        return out
+
     def exchange(self, part: Part | None, failure: Failure) -> Part:
         """The whole epoch from every rank's part (None: this rank failed; then every rank raises)."""
         if self.distributed and part is not None:

@@ -11,7 +11,7 @@ from callbacks.alpha_curriculum import AlphaCurriculumCallback
 from callbacks.conditioning import probe_conditioning
 from genenv_pl.backends.base import Generation
 from genenv_pl.coevo import SeedBatch
-from genenv_pl.datamodule import _simulator_samples
+from genenv_pl.epoch import simulator_samples as _simulator_samples
 from genenv_pl.envs import make_env
 from genenv_pl.envs.base import Task
 

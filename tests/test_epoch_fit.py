@@ -4,7 +4,9 @@ rebuilt), and a run without what the loop depends on (the curriculum callback, a
 every epoch) stops at fit start with one line."""
 from __future__ import annotations
 
+import glob
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -121,3 +123,70 @@ def test_a_trainer_that_does_not_rebuild_the_train_loader_every_epoch_is_refused
         trainer.fit(module, dm)
     assert "\n" not in str(error.value)
     assert trainer.current_epoch == 0 and module.agent is None  # refused before any model was built
+
+
+class _AgentUpdates(L.Callback):
+    """(training step, mean reward of its agent batch) of every training step whose agent update was kept."""
+
+    def __init__(self):
+        self.updates: list[tuple[int, float]] = []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self._before = module.counters["agent_updates"]
+        agent = batch["agent"]
+        self._reward = float(agent["rewards"].mean()) if agent is not None else None
+        self._step = trainer.fit_loop.epoch_loop._batches_that_stepped
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if module.counters["agent_updates"] > self._before:
+            self.updates.append((self._step, self._reward))
+
+
+def _scalars(log_root: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for f in sorted(glob.glob(str(log_root / "**/events.out.tfevents.*"), recursive=True)):
+        acc = EventAccumulator(f, size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            out.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
+    return out
+
+
+def test_a_fit_logs_the_papers_figure_quantities(tmp_path, cache):
+    """agent/step_reward once per agent update, at its training step, the mean reward of the rollouts it
+    learned from (Fig. 4a); per epoch the agent's response length (Fig. 5a/b) and the solved / partial /
+    unsolved shares of the generated tasks (Fig. 8), which add up to 1; and the quickstart report finds them."""
+    watch = _AgentUpdates()
+    cli = _fit_with_callback(tmp_path, cache, watch, "--trainer.max_epochs", "2")
+    s = _scalars(tmp_path / "runs")
+    assert cli.model.counters["agent_updates"] >= 2 and len(watch.updates) == cli.model.counters["agent_updates"]
+    logged = s["agent/step_reward"]
+    assert [step for step, _ in logged] == [step for step, _ in watch.updates]
+    assert [v for _, v in logged] == pytest.approx([r for _, r in watch.updates])
+    assert all(0.0 <= v <= 1.0 for _, v in logged)
+
+    fracs = [[v for _, v in s[f"coevo/{k}_frac"]] for k in ("solved", "partial", "unsolved")]
+    assert len(fracs[0]) == 2 and all(len(f) == 2 for f in fracs)  # one point per epoch
+    for shares in zip(*fracs):
+        assert sum(shares) == pytest.approx(1.0) and all(0.0 <= x <= 1.0 for x in shares)
+    lengths = [v for _, v in s["agent/response_length"]]
+    max_new = cli.datamodule.cfg.agent_sampling.max_new_tokens
+    assert len(lengths) == 2 and all(0 < n <= max_new for n in lengths)
+
+    # the last epoch's numbers from its groups: success as p_hat counts it, reward >= success_threshold
+    round_, threshold = cli.datamodule.last_round, cli.datamodule.env.success_threshold
+    fresh = [[r >= threshold for r in g.rewards] for g in round_.groups if g.source == "fresh"]
+    assert fresh and fracs[0][-1] == pytest.approx(sum(all(f) for f in fresh) / len(fresh))
+    assert fracs[2][-1] == pytest.approx(sum(not any(f) for f in fresh) / len(fresh))
+    rollouts = [r for g in round_.groups for r in g.rollouts]
+    assert lengths[-1] == pytest.approx(sum(len(r.response_ids) for r in rollouts) / len(rollouts))
+
+    sys.path.append(str(REPO / "bench"))
+    import quickstart_report
+
+    run = glob.glob(str(tmp_path / "runs" / "t" / "version_*"))[0]
+    lines = quickstart_report.report(run, quickstart_report.load(run))
+    assert "tags: all required tags present" in lines, lines
+    assert any(line.startswith("agent/step_reward") and f"({len(logged)} points)" in line for line in lines), lines

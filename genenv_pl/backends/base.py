@@ -48,3 +48,7 @@ class GenerationBackend(ABC):
     def sync(self, policy: Policy) -> None:
         """Called after each optimizer step of `policy`: push its current weights to the engine
         (a no-op for HF, which samples from the training model itself)."""
+
+    def release(self, policy: Policy) -> None:
+        """`policy` will not generate again (a model built for one job, `GenEnvModule.frozen_policy`): drop what
+        the backend holds for it (a no-op for HF, which holds nothing)."""

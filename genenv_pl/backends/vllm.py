@@ -226,6 +226,33 @@ class VLLMBackend(GenerationBackend):
         if holds:
             self._load(engine, policy)
 
+    def release(self, policy: Policy) -> None:
+        """`policy` will not generate again: an engine that served it alone is shut down (its memory freed),
+        an engine it shared with other policies forgets it (their weights are pushed again when they next
+        generate, as after any swap)."""
+        uid = self._uids.pop(policy, None)
+        if uid is None:
+            return
+        self._versions.pop(uid, None)
+        self._hf_uids.discard(uid)
+        key = self._engine_of.pop(uid, None)
+        engine = self._engines.get(key) if key is not None else None
+        if engine is None:
+            return
+        if key not in self._engine_of.values():
+            with contextlib.suppress(Exception):
+                engine.llm.llm_engine.engine_core.shutdown()
+            shutil.rmtree(engine.folder, ignore_errors=True)
+            del self._engines[key]
+            return
+        if engine.loaded is not None and engine.loaded[0] == uid:
+            engine.loaded = None
+        adapter = engine.adapters.pop(uid, None)
+        if adapter is not None:
+            with contextlib.suppress(Exception):
+                engine.llm.llm_engine.remove_lora(adapter[1].lora_int_id)
+            shutil.rmtree(adapter[1].lora_path, ignore_errors=True)
+
     def close(self) -> None:
         """Shut the engines down and remove their temp folders."""
         for engine in self._engines.values():
