@@ -53,10 +53,10 @@ class RWRConfig:
     rwr_lambda: float = 1.0
     """w ∝ exp(lambda * R_env), normalized to mean 1 over the epoch's update (all steps and ranks)."""
     kl_coef: float = 0.1
-    """KL penalty to the initial simulator (low_var_kl per token)."""
+    """KL penalty to the initial simulator (low_var_kl per token); the paper has the penalty, 0.1 is ours."""
     kl_cap: float | None = 0.05
-    """The paper's cap on each update: after every simulator step, the mean per-token KL (low_var_kl)
-    between the simulator before and after that step, on the response tokens of its batch (all ranks'
+    """A cap on each update, as the paper has (0.05 is ours: the paper gives no value): after every
+    simulator step, the mean per-token KL (low_var_kl) between the simulator before and after that step, on the response tokens of its batch (all ranks'
     batches together). A step past the cap is undone, parameters and optimizer state restored, and
     counted in sim/skipped_kl. Undone, not scaled back: under Adam the KL of a scaled step is not known
     without more forward passes (a search that could still overshoot), and the rejected step must not
