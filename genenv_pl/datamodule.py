@@ -22,8 +22,9 @@ from genenv_pl.coevo import Group, generate_tasks, rollout  # module-level: test
 from genenv_pl.config import CoevoConfig
 from genenv_pl.envs import Environment, Task, make_env
 from genenv_pl.envs.base import ConfigError
-from genenv_pl.epoch import (Curriculum, EpochState, Learner, RoundStats, SimSample, build_steps, offline_summary,
+from genenv_pl.epoch import (Curriculum, EpochState, Learner, RoundStats, SimSample, build_steps,
                              run_epoch)
+from genenv_pl.offline import offline_summary
 from genenv_pl.pools import Pools
 from genenv_pl.seam import RankSeam
 
