@@ -89,7 +89,7 @@ class ALFWorldEnv(Environment):
     name = "alfworld"
     success_threshold = 1.0
     simulator_writes = "step"  # (class defaults: the parsers work on an environment built without data)
-    sim_prompt = "rule"
+    sim_prompt = "stats"
     check_gold = False
 
     def __init__(
@@ -107,7 +107,7 @@ class ALFWorldEnv(Environment):
         simulator_writes: str = "step",
         check_gold: bool = False,
         engine_timeout: float = 10.0,
-        sim_prompt: str = "rule",
+        sim_prompt: str = "stats",
     ) -> None:
         """`simulator_writes`: "step" (a whole step as JSON) or "actions" (the commands so far in the
         seed's game; the engine supplies the rest). `check_gold`: replay every "step" in its seed's

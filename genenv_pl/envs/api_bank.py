@@ -207,7 +207,7 @@ class APIBankEnv(Environment):
         eval_fraction: float = 0.5,
         split_seed: int = 0,
         max_seed_tools: int = 8,
-        sim_prompt: str = "rule",
+        sim_prompt: str = "stats",
     ):
         """
         Args:

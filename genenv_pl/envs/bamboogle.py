@@ -179,7 +179,7 @@ class BamboogleEnv(Environment):
         max_answer_words: int = 8,
         max_question_chars: int = 300,
         copy_f1: float = 0.9,
-        sim_prompt: str = "rule",
+        sim_prompt: str = "stats",
     ):
         """
         Args:

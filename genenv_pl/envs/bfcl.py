@@ -392,7 +392,7 @@ class BFCLEnv(Environment):
         simulator_writes: Literal["task", "request"] = "task",
         extra_seed_categories: list[str] | None = None,
         extra_seed_max_chars: int | None = None,
-        sim_prompt: str = "rule",
+        sim_prompt: str = "stats",
     ):
         """
         Args:

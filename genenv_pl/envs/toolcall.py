@@ -573,7 +573,7 @@ values of the declared types and, where listed, one of the allowed values.
 - Do not repeat the seed's request: change what is asked or the values in it."""
 
 
-def difficulty_hint(success_rate: float | None, sim_prompt: str = "rule") -> str:
+def difficulty_hint(success_rate: float | None, sim_prompt: str = "stats") -> str:
     """The agent's recent success on the seed; with "rule", also steer towards its frontier: success
     about half of the time (alpha = 0.5). See genenv_pl/envs/prompting.py."""
     return success_guide(
@@ -585,7 +585,7 @@ def difficulty_hint(success_rate: float | None, sim_prompt: str = "rule") -> str
 
 
 def simulator_messages(seed_view: dict[str, Any], success_rate: float | None, note: str = "",
-                       request_only: bool = False, sim_prompt: str = "rule") -> list[Message]:
+                       request_only: bool = False, sim_prompt: str = "stats") -> list[Message]:
     """Messages asking for one variation of `seed_view` ({"question", "tools", "calls"}): a whole
     task (`SIMULATOR_SYSTEM`), or with `request_only` a new request and its calls for the seed's
     tools (`REQUEST_SIMULATOR_SYSTEM`, read back by `parse_generated_request`). `sim_prompt`: what

@@ -349,7 +349,7 @@ class TravelPlannerEnv(Environment):
         success_threshold: float = 1.0,
         split_salt: str = "genenv-travelplanner",
         max_people: int = 8,
-        sim_prompt: str = "rule",
+        sim_prompt: str = "stats",
     ):
         """
         Args:

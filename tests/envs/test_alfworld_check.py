@@ -86,8 +86,9 @@ def test_engine_runs_in_a_child_and_a_stalled_call_costs_one_step(env: ALFWorldE
     engine.close()
 
 
-def test_actions_simulator_parse_and_warm_start_targets(env: ALFWorldEnv, seeds: list[Task]) -> None:
+def test_actions_simulator_parse_and_warm_start_targets(env: ALFWorldEnv, seeds: list[Task], monkeypatch) -> None:
     seed = seeds[0]
+    monkeypatch.setattr(env, "sim_prompt", "rule")  # the prompt the stored warm start was trained on
     prompt = env.simulator_prompt(seed, 0.9)[-1]["content"]
     assert "Expert plan:" in prompt and "harder" in prompt
     task = env.parse_task(json.dumps({"actions": _expert(seeds[-1])}), seed)

@@ -56,7 +56,8 @@ def test_tiny_override_fits_and_tests_offline(tmp_path):
         "coevo/task_in_band_frac", "coevo/task_alpha_gap", "coevo/sim_samples", "coevo/invalid_rate",
         "coevo/duplicate_rate", "coevo/difficulty", "coevo/valid_tasks", "coevo/overlong_tasks",
         "agent/zero_std_frac", "agent/train_reward", "agent/tasks_seen", "perf/rollout_tokens_per_s",
-        "perf/generation_seconds"}
+        "perf/generation_seconds", "agent/response_length", "coevo/solved_frac", "coevo/partial_frac",
+        "coevo/unsolved_frac"}
     # Rollouts: G for each valid task and each base task (D_train is still empty when epoch 0 draws replays;
     # every prompt fits max_seq_len).
     assert metrics["coevo/overlong_tasks"] == 0

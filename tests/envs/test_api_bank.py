@@ -157,7 +157,8 @@ def test_catalog_schemas(env: APIBankEnv) -> None:
 
 # ---- simulator ---------------------------------------------------------------------------------
 
-def test_simulator_prompt_and_seed_copy(env: APIBankEnv) -> None:
+def test_simulator_prompt_and_seed_copy(env: APIBankEnv, monkeypatch) -> None:
+    monkeypatch.setattr(env, "sim_prompt", "rule")  # (tests/envs/test_sim_prompt.py covers both modes)
     for seed in (next(t for t in env.seed_tasks() if t.group == g) for g in ("level-1", "level-2")):
         messages = env.simulator_prompt(seed, 0.2)
         assert [m["role"] for m in messages] == ["system", "user"] and "easier" in messages[1]["content"]

@@ -454,7 +454,8 @@ def _seed(env: BFCLEnv, group: str) -> Task:
     return next(t for t in env.seed_tasks() if t.group == group and env._gold_calls(t.data))
 
 
-def test_simulator_prompt(env: BFCLEnv) -> None:
+def test_simulator_prompt(env: BFCLEnv, monkeypatch) -> None:
+    monkeypatch.setattr(env, "sim_prompt", "rule")  # (tests/envs/test_sim_prompt.py covers both modes)
     seed = _seed(env, "simple_python")
     messages = env.simulator_prompt(seed, 0.9)
     assert [m["role"] for m in messages] == ["system", "user"]

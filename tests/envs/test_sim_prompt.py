@@ -1,8 +1,8 @@
 """`data.env_args.sim_prompt`: what each simulator prompt says about the agent's success.
 
-"rule" (the default) must stay byte-identical to the prompts written before the option existed:
-stored results and cached warm starts (keyed on the warm-start examples, prompts included) depend on
-them. The literal sentences below are those prompts' success sentences; the digests are whole prompts
+"rule" must stay byte-identical to the prompts written before the option existed: stored results and
+cached warm starts (keyed on the warm-start examples, prompts included) depend on them, and the CPU
+study recipes (configs/cpu/bfcl.yaml, configs/cpu/alfworld.yaml) set it. "stats" is the default. The literal sentences below are those prompts' success sentences; the digests are whole prompts
 captured before the change for environments that need no benchmark data to write one.
 """
 from __future__ import annotations
@@ -155,15 +155,15 @@ def test_prompt_shows_the_statistic_and_only_rule_says_what_to_do(envs, rate):
 
 
 @pytest.mark.parametrize("rate", RATES + (0.0, 0.39, 0.4, 0.6, 0.61, 1.0))
-def test_default_is_the_rule_prompt_as_before(envs, rate):
+def test_rule_is_the_prompt_as_before_and_stats_the_default(envs, rate):
     case, by_mode, seed = envs
-    assert by_mode["default"].sim_prompt == "rule"
-    default = by_mode["default"].simulator_prompt(seed, rate)
-    assert default == by_mode["rule"].simulator_prompt(seed, rate)
+    assert by_mode["default"].sim_prompt == "stats"
+    assert by_mode["default"].simulator_prompt(seed, rate) == by_mode["stats"].simulator_prompt(seed, rate)
+    rule = by_mode["rule"].simulator_prompt(seed, rate)
     if rate in CASES[case][1]:
-        assert CASES[case][1][rate] in "\n".join(m["content"] for m in default)
+        assert CASES[case][1][rate] in "\n".join(m["content"] for m in rule)
     if case in ALF_DIGESTS and rate in ALF_DIGESTS[case]:
-        assert _digest(default) == ALF_DIGESTS[case][rate]
+        assert _digest(rule) == ALF_DIGESTS[case][rate]
 
 
 def test_rule_thresholds():
@@ -172,20 +172,20 @@ def test_rule_thresholds():
     assert [success_guide(r, "rule", **kw) for r in (0.0, 0.39, 0.4, 0.6, 0.61, 1.0, None)] == [
         "only 0%: E", "only 39%: E", "40%: K", "60%: K", "61%: H", "100%: H", "U"]
     assert [success_guide(r, "stats", **kw) for r in (0.0, 0.6, None)] == ["0%.", "60%.", UNKNOWN_STATS]
-    assert difficulty_hint(0.8) == TOOLCALL_RULE[0.8] and difficulty_hint(0.8, "stats") == "The agent solved 80% of " \
+    assert difficulty_hint(0.8, "rule") == TOOLCALL_RULE[0.8] and difficulty_hint(0.8, "stats") == "The agent solved 80% of " \
         "recent variations of this seed."
 
 
 def test_warm_start_examples_follow_the_prompt(data_root):
-    """A cached warm start is keyed on the env's warm-start examples: the default's are the rule ones
-    (keys unchanged), and "stats" changes them (no stale adapter)."""
+    """A cached warm start is keyed on the env's warm-start examples: "rule"'s are the ones stored
+    warm starts were keyed on, and "stats" (the default) changes them (no stale adapter)."""
     for folder, name, kw in (("bfcl", "bfcl", {"categories": ["simple_python"], "simulator_writes": "request"}),
                              ("api-bank", "api_bank", {})):
         if not (Path(data_root) / folder).is_dir():
             continue
         default, rule, stats = (make_env(name, data_root=data_root, **kw, **extra).warm_start_examples("simulator", 8, 0)
                                 for extra in ({}, {"sim_prompt": "rule"}, {"sim_prompt": "stats"}))
-        assert default == rule and stats != rule
+        assert default == stats and stats != rule
         assert [t for _, t in stats] == [t for _, t in rule]  # same targets, other prompts
 
 

@@ -458,7 +458,8 @@ def test_simulator_copy_of_seed_rejected(env, rockford):
     assert err.value.reason == "copy_of_seed"
 
 
-def test_simulator_prompt_names_the_fixed_route(env, rockford):
+def test_simulator_prompt_names_the_fixed_route(env, rockford, monkeypatch):
+    monkeypatch.setattr(env, "sim_prompt", "rule")  # (tests/envs/test_sim_prompt.py covers both modes)
     system, user = env.simulator_prompt(rockford, 0.9)
     assert "harder" in user["content"] and "St. Petersburg to Rockford" in user["content"]
     assert "easier" in env.simulator_prompt(rockford, 0.1)[1]["content"]
