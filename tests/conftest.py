@@ -29,3 +29,12 @@ def pytest_collection_modifyitems(config, items):
             if os.environ.get("CI"):
                 raise pytest.UsageError(f"CI: benchmark data {root / bench} is missing")
             item.add_marker(pytest.mark.skip(reason=f"no {bench} data under GENENV_DATA_ROOT={root}"))
+
+
+@pytest.fixture(autouse=True)
+def _restore_cwd():
+    """Tests that run main.py from a tmp folder (tests/test_fit.py's `_fit`) change directory into it: each
+    test ends where it began, so a later test's relative paths (the README's) do not depend on the order."""
+    cwd = os.getcwd()
+    yield
+    os.chdir(cwd)

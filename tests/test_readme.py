@@ -3,6 +3,7 @@ resolves, and every `main.py` command it shows parses (GPU ones included: `--pri
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import shlex
 from pathlib import Path
@@ -53,6 +54,7 @@ def _commands() -> list[list[str]]:
 
 
 def _resolved(capsys, argv: list[str]) -> dict:
+    os.chdir(REPO)  # the README's paths are relative to the repository (conftest restores the directory)
     with pytest.raises(SystemExit) as exit_:
         cli_main([*argv, "--print_config"])
     assert exit_.value.code in (0, None), f"main.py {' '.join(argv)}: {capsys.readouterr().err[-500:]}"
