@@ -10,34 +10,12 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from genenv_pl.cli import cli_main
+from test_fit import _override
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCHS = 2
-
-
-def _override(tmp: Path) -> str:
-    """The quickstart with its own callbacks, a ~1M agent with a short warm start (as tests/test_fit.py)."""
-    cfg = {
-        "trainer": {"max_epochs": EPOCHS, "check_val_every_n_epoch": 1,
-                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                               "init_args": {"save_dir": str(tmp / "runs"), "name": "t"}},
-                    "callbacks": [{"class_path": "callbacks.AlphaCurriculumCallback", "init_args": {"filtering_k": 0.5}},
-                                  {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                                   "init_args": {"dirpath": str(tmp / "ckpt"), "save_last": True, "save_top_k": 0,
-                                                 "every_n_epochs": 1, "save_on_train_epoch_end": True}}]},
-        "model": {"cache_dir": str(tmp / "cache"), "agent": {"warm_start": {"steps": 150, "batch_size": 32}},
-                  "simulator": {"tiny": {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
-                                         "intermediate_size": 192},
-                                "warm_start": {"steps": 300, "batch_size": 32}}},
-        "data": {"env_args": {"eval_per_level": 10, "seeds_per_level": 2},
-                 "coevo": {"seeds_per_epoch": 6, "drop_zero_std_groups": False, "eval_batch_size": 60}},
-    }
-    path = tmp / "override.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return str(path)
 
 
 def _block(text: str, command: str) -> list[str]:
@@ -72,7 +50,8 @@ def fitted(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(tmp)  # the paths in the block are relative to the working directory
     try:
-        yield tmp, _override(tmp)
+        # the quickstart with test_fit's ~1M agent and short warm starts
+        yield tmp, _override(tmp, tmp / "cache", EPOCHS)
     finally:
         os.chdir(cwd)
 
