@@ -10,7 +10,8 @@ accuracy is read from TensorBoard against the agent training tasks consumed (`ag
     python bench/data_efficiency.py --arms genenv-partial genenv-random-partial --seeds 0 1 2 --name levers  # levers
     python bench/data_efficiency.py --jobs 2                            # two runs at a time (1 thread each)
     python bench/data_efficiency.py --report-only                       # tables from the finished runs only
-    python bench/data_efficiency.py --arms genenv offline-augment-1x offline-augment-1.8x offline-augment-3.3x --seeds 0 1 2 --name offline
+    python bench/data_efficiency.py --arms genenv offline-augment-1x offline-augment-1.8x offline-augment-3.3x static-paper \
+        --seeds 0 1 2 --out bench/out/offline_augment --name offline_augment --into data_efficiency  # offline data
 
 The offline-augment-Nx arms get N x the tasks GenEnv's simulator writes over the study (epochs x seeds_per_epoch
 x K, `genenv_data`), written once before training, and train N x as long (the same passes over their data as
@@ -309,6 +310,32 @@ def report(data: dict[str, dict[int, dict]], target: float, args, budget: float)
     return "\n".join(lines) + "\n", js
 
 
+def data_table(data: dict[str, dict[int, dict]], logs: dict, budget: float, args) -> tuple[list[str], dict]:
+    """GenEnv against offline data, in the paper's terms (Figs. 1b and 6): simulator-written tasks used to reach
+    the target, and held-out accuracy at GenEnv's budget of agent training tasks (the Nx arms train N x as long)."""
+    gen = genenv_data(args.epochs)
+    fresh_share = gen["generated"] / gen["tasks"]  # GenEnv's agent tasks that are freshly generated
+    arms = [a for a in data if a == "genenv" or "study.genenv_data_x" in ARMS[a]]
+    js: dict = {}
+    lines = ["", f"Data against accuracy (GenEnv writes at most {gen['generated']:,} tasks over {args.epochs} epochs; an "
+             "Nx arm's N x that many are written before training). Tasks written by the target: GenEnv's are the "
+             "fresh generated tasks of the epochs before it reached the target (an upper bound: invalid generations "
+             "leave slots empty); an offline arm's are its whole set. Accuracy at GenEnv's budget: the last "
+             f"validation at or below {budget:,.0f} agent training tasks.", "",
+             "| arm | tasks written | tasks written by the target | accuracy at GenEnv's budget |", "|---|---|---|---|"]
+    for arm in arms:
+        seeds = sorted(data[arm])
+        x = ARMS[arm].get("study.genenv_data_x")
+        written = gen["generated"] if x is None else round(x * gen["generated"])
+        by_target = [None if data[arm][s]["tasks_to_target"] is None else
+                     (data[arm][s]["tasks_to_target"] * fresh_share if x is None else written) for s in seeds]
+        at_budget = [[a for t, a in accuracy_curve(logs[(arm, s)]) if t <= budget * 1.01][-1] for s in seeds]
+        js[arm] = {"seeds": seeds, "tasks_written": written, "tasks_written_by_target": by_target,
+                   "accuracy_at_genenv_budget": at_budget}
+        lines.append(f"| {arm} | {written:,} | {_fmt(by_target, 0)} | {_fmt(at_budget)} |")
+    return (lines, js) if len(arms) > 1 else ([], {})
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arms", nargs="+", default=MAIN_ARMS, choices=sorted(ARMS))
@@ -321,6 +348,9 @@ def main() -> None:
     p.add_argument("--out", default=str(REPO / "bench" / "out" / "data_efficiency"))
     p.add_argument("--results", default=str(REPO / "bench" / "results"), help="folder for the tables and plots")
     p.add_argument("--name", default="data_efficiency", help="file stem of the tables and plots")
+    p.add_argument("--into", default=None, metavar="NAME",
+                   help="also file this report in bench/results/NAME.{json,md}, under the key (and a section) --name; "
+                        "a study run against its own genenv reference, beside the main one")
     p.add_argument("--rerun", action="store_true", help="train again even if a run is finished")
     p.add_argument("--report-only", action="store_true", help="no training: report the finished runs")
     args = p.parse_args()
@@ -348,6 +378,8 @@ def main() -> None:
     at_budget = {k: v for k, v in logs.items() if "study.genenv_data_x" not in ARMS[k[0]]} or logs  # (Nx: N x as long)
     budget = statistics.mean(v["agent/tasks_seen"][-1][1] for v in at_budget.values())
     table, js = report(data, target, args, budget)
+    extra, js["data_against_accuracy"] = data_table(data, logs, budget, args)
+    table += "\n".join(extra) + ("\n" if extra else "")
     missing = [f"{a}_s{s}" for a, s in todo if (a, s) not in logs]
     if missing:
         table += f"\nNot yet run ({len(missing)}): {', '.join(missing)}\n"
@@ -360,6 +392,21 @@ def main() -> None:
     plot_calibration(series, results / f"{args.name}_calibration.png")
     plot_conditioning(series, results / f"{args.name}_conditioning.png")
     print(f"wrote {results / args.name}.md, .json and the plots")
+    if args.into:
+        file_into(results / args.into, args.name, table, js)
+
+
+def file_into(stem: Path, name: str, table: str, js: dict) -> None:
+    """`js` under the key `name` of stem.json, and `table` as the section `name` of stem.md (replaced on rerun)."""
+    main_js = json.loads(stem.with_suffix(".json").read_text())
+    main_js[name] = js
+    stem.with_suffix(".json").write_text(json.dumps(main_js, indent=1) + "\n")
+    head = f"## Companion study: {name}"
+    md = stem.with_suffix(".md").read_text().split(f"\n{head}\n")[0].rstrip("\n")
+    note = (f"Its own runs (bench/results/{name}_runs, from the current code), with its own genenv reference: "
+            "compare its arms with that row, not with the table above.")
+    stem.with_suffix(".md").write_text(f"{md}\n\n{head}\n\n{note}\n\n{table}")
+    print(f"filed it in {stem}.md and .json under {name!r}")
 
 
 def _plt():
