@@ -1,4 +1,4 @@
-"""API-Bank level-1 / level-2 as a GenEnv environment.
+"""API-Bank level-1 / level-2 (and the shipped level-3 scenarios) as a GenEnv environment.
 
 Data: `<data_root>/api-bank/lv1-lv2-samples/{level-1-given-desc,level-2-toolsearcher}/*.jsonl`
 (one dialogue per file, one turn per line; see SOURCE.md) and `data/all_apis.csv` (descriptions).
@@ -16,14 +16,29 @@ inferred from the gold calls in the data (names; types from the executed inputs)
 "required" when every gold call of that API gives it. The rule is deterministic and uses only
 the shipped files.
 
-Scoring: upstream executes the call on simulated APIs and compares input, output and exception
-with the gold. We do not execute; the first call of the response is correct when its name equals
-the gold API and its parameters equal the gold's executed input (`result.input`) after
-normalization: strings that are JSON/Python literals become those values ("True" -> true,
-"970420" -> 970420, "['a', 'b']" -> ["a", "b"]) and other strings are stripped. The APIs
-convert their string arguments the same way, so this is what upstream's input comparison checks;
-same input on the same database state gives the same output. No call, or an unreadable
-`<tool_call>` block: accuracy 0, format_error 1.
+Scoring (`scoring`): "execute" (default) is upstream's evaluator. The first call of the response
+must name the gold API; it is then executed on the simulated APIs (`genenv_pl/envs/api_bank_sim`:
+arguments converted to the declared types, on the state the dialogue's earlier calls leave, replayed on
+`init_database`) and correct when that API's check accepts its result against the recorded one (most
+compare input, output and exception). Upstream runs every call on the initial state, which scores 8 of
+the 404 shipped gold calls wrong (a login with a password the dialogue changed, a query of an id it created).
+A shipped turn whose recorded result the simulated APIs cannot reproduce even for the gold call is scored
+by "input" instead (`input_scored` lists them; 24 of the 404: Dictionary and Translate outputs came from
+online services, QueryScene and CancelTimedSwitch records from a database other than the shipped one,
+and ToolSearcher matches that only upstream's sentence embeddings make). An
+unknown parameter, a value the type conversion rejects or a missing argument: incorrect, as upstream.
+"input" is the stricter rule of earlier versions, without execution: name and parameters equal the gold's
+executed input (`result.input`) after normalization (strings that are JSON/Python literals become those
+values, "True" -> true, "970420" -> 970420, "['a', 'b']" -> ["a", "b"], other strings are stripped).
+Either way, no call or an unreadable `<tool_call>` block: accuracy 0, format_error 1. A generated task's
+gold is executed when it is parsed (its result is the reference); one that does not execute is invalid.
+
+Level 3 (opt-in, `levels`): upstream scores it on a 50-dialogue set with its own APIs, neither shipped;
+`lv3-samples/` holds 8 scenarios (a first utterance, key facts, the gold calls in order). Each becomes a
+dialogue: the utterance and facts as the user's turn, then the gold calls with the results of executing
+them; one task per call, with the scenario's API descriptions given (upstream's retrieval step embeds with
+a sentence model and is not reproduced). A gold call that does not run, or runs to an exception, ends
+its scenario's tasks (`level3_dropped` says which and why).
 
 Split: a dialogue (all its API turns together) goes to evaluation when
 sha1(f"{split_seed}:{level}/{file name}") read as a number in [0, 1) is below `eval_fraction`.
@@ -37,8 +52,10 @@ import glob
 import hashlib
 import json
 import os
+import re
 from typing import Any
 
+from genenv_pl.envs.api_bank_sim import Simulator
 from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, read_jsonl, resolve_data_root
 from genenv_pl.envs.prompting import check_sim_prompt
 from genenv_pl.envs.toolcall import (
@@ -54,7 +71,8 @@ from genenv_pl.envs.toolcall import (
     simulator_messages,
 )
 
-LEVEL_DIRS = {"level-1": "level-1-given-desc", "level-2": "level-2-toolsearcher"}
+SCORING = ("execute", "input")
+LEVEL_DIRS = {"level-1": "level-1-given-desc", "level-2": "level-2-toolsearcher", "level-3": "lv3-samples"}
 TOOL_SEARCHER: ToolSchema = {
     "name": "ToolSearcher",
     "description": "Searches for relevant tools in library based on the keywords.",
@@ -208,22 +226,29 @@ class APIBankEnv(Environment):
         split_seed: int = 0,
         max_seed_tools: int = 8,
         sim_prompt: str = "stats",
+        scoring: str = "execute",
     ):
         """
         Args:
             data_root: folder that contains `api-bank/`; default: $GENENV_DATA_ROOT.
-            levels: any of "level-1" (API descriptions given) and "level-2" (ToolSearcher);
-                default both.
+            levels: any of "level-1" (API descriptions given), "level-2" (ToolSearcher) and
+                "level-3" (the 8 shipped plan scenarios, see `level3_dialogue`); default level-1 and level-2.
             eval_fraction: share of dialogues held out for evaluation (by hash of the dialogue id).
             split_seed: salt of the split hash; change it for a different split.
             max_seed_tools: most tool schemas shown to the simulator for one seed.
             sim_prompt: what the simulator's prompt says about the agent's success on the seed:
                 "rule" (the rate and "make the new task harder" above 60%, "easier" below 40%) or
                 "stats" (the rate alone); see genenv_pl/envs/prompting.py.
+            scoring: "execute" (upstream's evaluator: the call runs on the simulated APIs and its
+                result is compared with the recorded one) or "input" (name and normalized input
+                equal the gold's, no execution: stricter where an API's check ignores a field).
         """
+        if scoring not in SCORING:
+            raise ValueError(f"data.env_args.scoring: {scoring!r} is not one of {list(SCORING)}")
+        self.scoring = scoring
         self.sim_prompt = check_sim_prompt(sim_prompt)
         self.root = resolve_data_root(data_root, "api-bank")
-        self.levels = list(levels) if levels else list(LEVEL_DIRS)
+        self.levels = list(levels) if levels else ["level-1", "level-2"]
         unknown = [lv for lv in self.levels if lv not in LEVEL_DIRS]
         if unknown:
             raise ValueError(f"unknown API-Bank levels {unknown}; known: {list(LEVEL_DIRS)}")
@@ -231,7 +256,12 @@ class APIBankEnv(Environment):
             raise ValueError("eval_fraction must be in [0, 1]")
         self.max_seed_tools = max_seed_tools
         loaded: list[tuple[str, str, list[dict[str, Any]]]] = []  # (level, dialogue id, turns)
+        self.sim = Simulator(self.root) if scoring == "execute" or "level-3" in self.levels else None
+        self.level3_dropped: dict[str, str] = {}  # scenario step -> why it is not a task
         for level in self.levels:
+            if level == "level-3":
+                loaded += self._level3_dialogues()
+                continue
             folder = os.path.join(self.root, "lv1-lv2-samples", LEVEL_DIRS[level])
             files = sorted(glob.glob(os.path.join(folder, "*.jsonl")))
             if not files:
@@ -241,20 +271,46 @@ class APIBankEnv(Environment):
                                      os.path.join(self.root, "data", "all_apis.csv"))
         self._seed: list[Task] = []
         self._eval: list[Task] = []
+        self._input_only = scoring == "input"
+        self.input_scored: list[str] = []  # shipped turns whose recorded result execution cannot reproduce
         for level, dialogue_id, turns in loaded:
             held_out = split_bucket(dialogue_id, split_seed) < eval_fraction
-            (self._eval if held_out else self._seed).extend(self._tasks(level, dialogue_id, turns))
+            tasks = self._tasks(level, dialogue_id, turns)
+            if not self._input_only:
+                for task in tasks:
+                    if not self._executes_as_gold(task.data["gold"], task.data):
+                        task.data["reference"] = "input"
+                        self.input_scored.append(task.id)
+            (self._eval if held_out else self._seed).extend(tasks)
+
+    def _level3_dialogues(self) -> list[tuple[str, str, list[dict[str, Any]]]]:
+        """The shipped level-3 scenarios as dialogues (see `level3_dialogue`); a step whose gold does not
+        run or runs to an exception ends its scenario there, and is listed in `level3_dropped`."""
+        folder = os.path.join(self.root, LEVEL_DIRS["level-3"])
+        files = sorted(glob.glob(os.path.join(folder, "*.txt")))
+        if not files:
+            raise DataError(f"api-bank: no level-3 scenarios in {folder}")
+        out = []
+        for path in files:
+            dialogue_id = f"level-3/{os.path.basename(path)[:-4]}"
+            with open(path, encoding="utf-8") as f:
+                turns, dropped = level3_dialogue(f.read(), self.sim, where=f"api-bank: {path}")
+            self.level3_dropped.update({f"{dialogue_id}/{k}": why for k, why in dropped.items()})
+            out.append(("level-3", dialogue_id, turns))
+        return out
 
     def _tasks(self, level: str, dialogue_id: str, turns: list[dict[str, Any]]) -> list[Task]:
         apis = sorted({t["api_name"] for t in turns if t["role"] == "API"})
         tools = [TOOL_SEARCHER] if level == "level-2" else [self.catalog[a] for a in apis]
-        tasks = []
+        tasks, before = [], []
         for i, t in enumerate(turns):
             if t["role"] != "API":
                 continue
             gold = _gold_of(t)
             data = {"level": level, "tools": tools, "messages": _history(turns[:i]), "gold": gold,
-                    "gold_tool": self.catalog.get(gold["name"])}
+                    "gold_tool": self.catalog.get(gold["name"]), "gold_result": t["result"],
+                    "before": list(before)}  # the dialogue's earlier calls, replayed before the agent's
+            before.append([t["api_name"], t["param_dict"], t["result"].get("output")])
             tasks.append(Task(id=f"{dialogue_id}/{i}", data=data, group=level,
                               difficulty=float(1 + len(gold["parameters"]))))
         return tasks
@@ -279,7 +335,19 @@ class APIBankEnv(Environment):
         if parsed.format_error or not parsed.calls:
             return {"accuracy": 0.0, "format_error": 1.0}
         # upstream reads the first `[Api(...)]` in the output; we score the first call likewise
-        return {"accuracy": float(calls_equal(parsed.calls[0], task.data["gold"])), "format_error": 0.0}
+        call, d = parsed.calls[0], task.data
+        by_input = self._input_only or d.get("reference") == "input"
+        correct = calls_equal(call, d["gold"]) if by_input else self._executes_as_gold(call, d)
+        return {"accuracy": float(correct), "format_error": 0.0}
+
+    def _executes_as_gold(self, call: ToolCall, d: dict[str, Any]) -> bool:
+        if call["name"] != d["gold"]["name"]:
+            return False
+        try:
+            result = self.sim.execute(call["name"], call["parameters"], before=d.get("before", ()))
+        except (ValueError, RecursionError):  # upstream: the call raises, and is counted wrong
+            return False
+        return self.sim.correct(result, d["gold_result"])
 
     # ---- simulator side ---------------------------------------------------------------------
     def _seed_tools(self, d: dict[str, Any]) -> list[ToolSchema]:
@@ -303,8 +371,16 @@ class APIBankEnv(Environment):
         gen = parse_generated_task(text, self._seed_tools(seed.data))
         if len(gen.calls) != 1:
             raise InvalidTask("call_count", "an API-Bank task has exactly one gold call")
+        gold = gen.calls[0]
         data = {"level": seed.data["level"], "tools": gen.tools, "messages": _from_transcript(gen.question),
-                "gold": gen.calls[0], "gold_tool": next(t for t in gen.tools if t["name"] == gen.calls[0]["name"])}
+                "gold": gold, "gold_tool": next(t for t in gen.tools if t["name"] == gold["name"])}
+        if not self._input_only:  # the executable checker: the gold must run, and its result is the reference
+            if not self.sim.known(gold["name"]):
+                raise InvalidTask("gold_not_executable", f"{gold['name']} is not a simulated API")
+            try:
+                data["gold_result"] = self.sim.execute(gold["name"], gold["parameters"])
+            except (ValueError, RecursionError) as e:
+                raise InvalidTask("gold_not_executable", f"the gold call does not run: {e}") from None
         digest = hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:12]
         return Task(id=f"{seed.id}/gen-{digest}", data=data, group=seed.group,
                     difficulty=float(1 + len(gen.calls[0]["parameters"])),
@@ -334,6 +410,48 @@ class APIBankEnv(Environment):
             else:
                 raise ValueError(f"unknown role {role!r}")
         return out
+
+
+_CALLS_HEADING = re.compile(r"^\s*-?\s*(GT\s+)?API\s+Calls?:\s*$", re.IGNORECASE)  # the files word it four ways
+
+
+def _literal_call(line: str) -> tuple[str, dict[str, Any]]:
+    """`Name(key="value", n=1, who=["a"])` -> (name, arguments), read from the syntax tree (literals only)."""
+    node = ast.parse(line.strip(), mode="eval").body
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args):
+        raise ValueError("not a call with keyword arguments")
+    return node.func.id, {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg}
+
+
+def level3_dialogue(text: str, sim: Simulator, where: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """A level-3 scenario file (Scene, First Utterance, Key Info, then the gold API calls one per line)
+    as dialogue turns: the user's first utterance with the key info, then each gold call with the result
+    of executing it (the scenarios record no results). Steps from the first one whose gold does not run,
+    or runs to an exception, are left out: {step: why}."""
+    lines = text.splitlines()
+    head = next((i for i, line in enumerate(lines) if _CALLS_HEADING.match(line)), None)
+    if head is None:
+        raise DataError(f"{where}: no 'API Calls:' line")
+    intro = "\n".join(line for line in lines[:head] if not line.startswith("Scene:")).strip()
+    intro = re.sub(r"First Utter[ea]nce:\s*", "", intro).strip()
+    turns: list[dict[str, Any]] = [{"role": "User", "text": intro}]
+    dropped: dict[str, str] = {}
+    calls = [line for line in lines[head + 1:] if line.strip()]
+    for step, line in enumerate(calls):
+        before = [(t["api_name"], t["param_dict"], t["result"]["output"]) for t in turns if t["role"] == "API"]
+        try:
+            name, arguments = _literal_call(line)
+            result = sim.execute(name, arguments, before=before)
+        except (SyntaxError, ValueError) as e:
+            why = f"the gold call does not run: {e}"
+        else:
+            if result["exception"] is None:
+                turns.append({"role": "API", "api_name": name, "param_dict": arguments, "result": result})
+                continue
+            why = f"the gold call raises: {result['exception']}"
+        dropped.update({str(k): why if k == step else "after a dropped step" for k in range(step, len(calls))})
+        break
+    return turns, dropped
 
 
 def _history(turns: list[dict[str, Any]]) -> list[Message]:
