@@ -6,12 +6,11 @@ An API that changes state (a new user, a reset password, a deleted account) chan
 """
 from __future__ import annotations
 
-import datetime
 import random
 import string
 from typing import Any
 
-from genenv_pl.envs.api_bank_sim.core import ApiError, Session, Result, api, check_token
+from genenv_pl.envs.api_bank_sim.core import ApiError, Result, Session, api, check_token, comparable_time, upstream_time
 
 # The parameter types of upstream's API classes (`apis/*.py` `input_parameters`), which is what
 # upstream's ToolManager converts arguments with. all_apis.csv describes other, unimplemented
@@ -27,27 +26,6 @@ PARAMETERS: dict[str, dict[str, str]] = {
     "QueryBalance": {"token": "str"},
     "QueryStock": {"stock_code": "str", "date": "str"},
 }
-
-
-def upstream_time(text: str, fmt: str) -> str:
-    """`text` normalised as upstream's `format_check`s do: stripped, a short year zero-padded to four
-    digits (when the text has exactly three '-' parts), parsed with `fmt` and printed back.
-    Raises ValueError (strptime's message, which upstream reports as the exception)."""
-    text = text.strip()
-    parts = text.split("-")
-    if len(parts) == 3:
-        parts[0] = parts[0].zfill(4)
-        text = "-".join(parts)
-    return datetime.datetime.strptime(text, fmt).strftime(fmt)
-
-
-def comparable_time(text: Any, fmt: str) -> Any:
-    """What upstream's checks compare for a date argument: the normalised text, or, for a value that
-    does not parse, a fresh object (upstream compares two distinct exception objects: never equal)."""
-    try:
-        return upstream_time(text, fmt)
-    except (ValueError, AttributeError):
-        return object()
 
 
 # --- accounts ---------------------------------------------------------------------------------

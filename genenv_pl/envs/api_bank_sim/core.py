@@ -17,6 +17,7 @@ shipped dialogues executes to its recorded result.
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import os
 from dataclasses import dataclass
@@ -97,3 +98,24 @@ def check_token(db: Session, token: str) -> str:
         if account.get("token") == token:
             return username
     raise ApiError("The token is invalid.")
+
+
+def upstream_time(text: str, fmt: str) -> str:
+    """`text` normalised as upstream's `format_check`s do: stripped, a short year zero-padded to four
+    digits (when the text has exactly three '-' parts), parsed with `fmt` and printed back.
+    Raises ValueError (strptime's message, which upstream reports as the exception)."""
+    text = text.strip()
+    parts = text.split("-")
+    if len(parts) == 3:
+        parts[0] = parts[0].zfill(4)
+        text = "-".join(parts)
+    return datetime.datetime.strptime(text, fmt).strftime(fmt)
+
+
+def comparable_time(text: Any, fmt: str) -> Any:
+    """What upstream's checks compare for a date argument: the normalised text, or, for a value that
+    does not parse, a fresh object (upstream compares two distinct exception objects: never equal)."""
+    try:
+        return upstream_time(text, fmt)
+    except (ValueError, AttributeError):
+        return object()

@@ -11,8 +11,7 @@ import datetime
 import random
 from typing import Any
 
-from genenv_pl.envs.api_bank_sim.account import comparable_time, upstream_time
-from genenv_pl.envs.api_bank_sim.core import ApiError, Session, Result, api
+from genenv_pl.envs.api_bank_sim.core import ApiError, Result, Session, api, comparable_time, upstream_time
 
 # The parameter types of upstream's API classes (`apis/*.py` `input_parameters`); all_apis.csv
 # describes other variants of these APIs (see `account.PARAMETERS`).

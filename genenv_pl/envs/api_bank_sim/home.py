@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from genenv_pl.envs.api_bank_sim.core import ApiError, Result, Session, api
+from genenv_pl.envs.api_bank_sim.core import ApiError, Result, Session, api, comparable_time, upstream_time
 
 # The parameter types of upstream's API classes (`input_parameters`), which upstream's ToolManager
 # converts arguments with; all_apis.csv describes other variants of these APIs (see `account.PARAMETERS`).
@@ -64,51 +64,37 @@ def _scene_check(response: Result, gold: Result) -> bool:
             and response["output"] == gold["output"] and response["exception"] == gold["exception"])
 
 
+def _scene(db: Session, name: str, missing: str) -> str:
+    """The scene's key in Scenes.json (name stripped, case ignored); `missing` is that API's message."""
+    key = name.strip().lower()
+    if not key:
+        raise ApiError("Scene name cannot be empty.")
+    if key not in db.table("Scenes"):
+        raise ApiError(missing)
+    return key
+
+
 @api("QueryScene", check=_scene_check)
 def query_scene(db: Session, name: str) -> list:
     """The devices of a scene of Scenes.json (name stripped, case ignored)."""
-    name = name.strip().lower()
-    if not name:
-        raise ApiError("Scene name cannot be empty.")
-    scenes = db.table("Scenes")
-    if name not in scenes:
-        raise ApiError("Scene not found.")
-    return scenes[name]
+    return db.table("Scenes")[_scene(db, name, "Scene not found.")]
 
 
 @api("DeleteScene", check=_scene_check)
 def delete_scene(db: Session, name: str) -> str:
     """Deletes a scene of Scenes.json (name stripped, case ignored)."""
-    name = name.strip().lower()
-    if not name:
-        raise ApiError("Scene name cannot be empty.")
-    scenes = db.table("Scenes")
-    if name not in scenes:
-        raise ApiError("The scene does not exist.")
-    del scenes[name]
+    del db.table("Scenes")[_scene(db, name, "The scene does not exist.")]
     return "success"
 
 
 # --- timed switches ------------------------------------------------------------------------------
 
 def _switch_time(text: str) -> str:
-    """The time as upstream's format_check reads it: stripped, a short year zero-padded (when the text
-    has three '-' parts), parsed as '%Y-%m-%d %H:%M:%S' and printed back. Raises ValueError."""
-    text = text.strip()
-    parts = text.split("-")
-    if len(parts) == 3:
-        parts[0] = parts[0].zfill(4)
-        text = "-".join(parts)
-    return datetime.datetime.strptime(text, "%Y-%m-%d %H:%M:%S").strftime("%Y-%m-%d %H:%M:%S")
+    return upstream_time(text, "%Y-%m-%d %H:%M:%S")
 
 
 def _comparable_time(text: Any) -> Any:
-    # a time that does not parse compares unequal to anything (upstream compares two distinct
-    # exception objects)
-    try:
-        return _switch_time(text)
-    except (ValueError, AttributeError):
-        return object()
+    return comparable_time(text, "%Y-%m-%d %H:%M:%S")
 
 
 def _timed_switch_check(response: Result, gold: Result) -> bool:
