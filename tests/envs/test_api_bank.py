@@ -237,6 +237,18 @@ def test_parse_task_good_generation(env: APIBankEnv) -> None:
     json.dumps(task.to_dict())
 
 
+def test_generated_gold_must_execute(env: APIBankEnv, input_env: APIBankEnv) -> None:
+    """The executable checker: a generated gold call that upstream's argument conversion rejects (its list
+    parser turns every ' into ", so a name with an apostrophe breaks it) is not a task; by input it is."""
+    seed = next(t for t in env.seed_tasks() if t.data["gold"]["name"] == "AddMeeting")
+    gold = {**seed.data["gold"], "parameters": {**seed.data["gold"]["parameters"], "attendees": ["Ann O'Neil"]}}
+    text = json.dumps({"question": "User: book the review with Ann O'Neil", "tools": ["AddMeeting"], "calls": [gold]})
+    with pytest.raises(InvalidTask) as err:
+        env.parse_task(text, seed)
+    assert err.value.reason == "gold_not_executable"
+    assert input_env.score(input_env.parse_task(text, seed), as_text([gold]))["accuracy"] == 1.0
+
+
 @pytest.mark.parametrize("calls,reason", [
     ([], "call_count"),
     ([{"name": "AddAlarm", "parameters": {"token": "t", "time": "x"}}] * 2, "call_count"),
