@@ -106,18 +106,23 @@ def _timed_switch_check(response: Result, gold: Result) -> bool:
             and response["output"] == gold["output"] and response["exception"] == gold["exception"])
 
 
+def _device_and_time(device_id: str, time: str) -> tuple[str, str]:
+    """The device's key in TimeSwitch.json (stripped, lower-cased as upstream does) and the normalised time."""
+    device = device_id.strip().lower()
+    if not device:
+        raise ApiError("device_id cannot be empty.")
+    try:
+        return device, _switch_time(time)
+    except ValueError as e:
+        raise ApiError(str(e)) from None
+
+
 @api("TimedSwitch", check=_timed_switch_check)
 def timed_switch(db: Session, device_id: str, time: str, on: bool) -> str:
     """Schedules switching a device on or off in TimeSwitch.json (devices by their key there, stripped
     and lower-cased as upstream does): a new device or time is added, an existing time of the device
     gets the new on/off, so any valid call succeeds."""
-    device = device_id.strip().lower()
-    if not device:
-        raise ApiError("device_id cannot be empty.")
-    try:
-        when = _switch_time(time)
-    except ValueError as e:
-        raise ApiError(str(e)) from None
+    device, when = _device_and_time(device_id, time)
     switches = db.table("TimeSwitch").setdefault(device, [])
     for switch in switches:
         if switch["time"] == when:
@@ -141,13 +146,7 @@ def _cancel_check(response: Result, gold: Result) -> bool:
 def cancel_timed_switch(db: Session, device_id: str, time: str) -> str:
     """Cancels a device's timed switch at that time, from TimeSwitch.json (devices by their key there,
     stripped and lower-cased as upstream does)."""
-    device = device_id.strip().lower()
-    if not device:
-        raise ApiError("device_id cannot be empty.")
-    try:
-        when = _switch_time(time)
-    except ValueError as e:
-        raise ApiError(str(e)) from None
+    device, when = _device_and_time(device_id, time)
     switches = db.table("TimeSwitch")
     if device not in switches:
         raise ApiError("device_id does not exist.")
