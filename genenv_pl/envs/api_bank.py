@@ -271,12 +271,11 @@ class APIBankEnv(Environment):
                                      os.path.join(self.root, "data", "all_apis.csv"))
         self._seed: list[Task] = []
         self._eval: list[Task] = []
-        self._input_only = scoring == "input"
         self.input_scored: list[str] = []  # shipped turns whose recorded result execution cannot reproduce
         for level, dialogue_id, turns in loaded:
             held_out = split_bucket(dialogue_id, split_seed) < eval_fraction
             tasks = self._tasks(level, dialogue_id, turns)
-            if not self._input_only:
+            if self.scoring != "input":
                 for task in tasks:
                     if not self._executes_as_gold(task.data["gold"], task.data):
                         task.data["reference"] = "input"
@@ -336,7 +335,7 @@ class APIBankEnv(Environment):
             return {"accuracy": 0.0, "format_error": 1.0}
         # upstream reads the first `[Api(...)]` in the output; we score the first call likewise
         call, d = parsed.calls[0], task.data
-        by_input = self._input_only or d.get("reference") == "input"
+        by_input = self.scoring == "input" or d.get("reference") == "input"
         correct = calls_equal(call, d["gold"]) if by_input else self._executes_as_gold(call, d)
         return {"accuracy": float(correct), "format_error": 0.0}
 
@@ -374,9 +373,7 @@ class APIBankEnv(Environment):
         gold = gen.calls[0]
         data = {"level": seed.data["level"], "tools": gen.tools, "messages": _from_transcript(gen.question),
                 "gold": gold, "gold_tool": next(t for t in gen.tools if t["name"] == gold["name"])}
-        if not self._input_only:  # the executable checker: the gold must run, and its result is the reference
-            if not self.sim.known(gold["name"]):
-                raise InvalidTask("gold_not_executable", f"{gold['name']} is not a simulated API")
+        if self.scoring != "input":  # the executable checker: the gold must run, and its result is the reference
             try:
                 data["gold_result"] = self.sim.execute(gold["name"], gold["parameters"])
             except (ValueError, RecursionError) as e:

@@ -6,8 +6,6 @@
 """
 from __future__ import annotations
 
-import ast
-import csv
 import inspect
 import json
 import os
@@ -19,27 +17,11 @@ from genenv_pl.envs.api_bank_sim.core import REGISTRY, ApiError, Database, Resul
 
 Earlier = tuple[str, dict[str, Any], Any]  # an earlier call of the dialogue: name, arguments, recorded output
 
-__all__ = ["Simulator", "ApiError", "declared_types", "simulated_apis"]
+__all__ = ["Simulator", "ApiError", "simulated_apis"]
 
 
 def simulated_apis() -> list[str]:
     return sorted(REGISTRY)
-
-
-def declared_types(csv_path: str) -> dict[str, dict[str, str]]:
-    """{API: {parameter: upstream type name}} from all_apis.csv's `api_info` cells (literals only)."""
-    out: dict[str, dict[str, str]] = {}
-    with open(csv_path, encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            try:
-                for node in ast.parse(row.get("api_info") or "").body:
-                    if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
-                            and node.targets[0].id == "input_parameters"):
-                        params = ast.literal_eval(node.value)
-                        out[row["类名"]] = {p: str(s.get("type")) for p, s in params.items() if isinstance(s, dict)}
-            except (SyntaxError, ValueError, AttributeError):
-                continue
-    return out
 
 
 def _text(value: Any) -> str:
@@ -73,42 +55,23 @@ def convert(value: Any, declared: str) -> Any:
 
 
 FAMILIES = (account, health, home, knowledge, schedule, tool_search)
-# annotation text (the modules use postponed annotations) -> upstream's declared type name
-_ANNOTATIONS = {"str": "str", "int": "int", "float": "float", "bool": "bool", "list": "list",
-                "list[str]": "list(str)", "List[str]": "list(str)"}
-
-
-def parameter_types(name: str, csv_types: dict[str, dict[str, str]]) -> dict[str, str]:
-    """An API's parameters and their declared types: its family's `PARAMETERS` entry; else its `run`
-    signature (after `db`; unannotated parameters are text), with all_apis.csv's types for the names a
-    `**kwargs` takes. all_apis.csv alone is not enough: it lists an older design of several APIs
-    (`DeleteReminder(token, reminder_id)`, where upstream's class and every recorded call use content and time)."""
-    for family in FAMILIES:
-        if name in getattr(family, "PARAMETERS", {}):
-            return dict(family.PARAMETERS[name])
-    params = list(inspect.signature(REGISTRY[name].run).parameters.values())[1:]
-    named = {p.name: _ANNOTATIONS.get(str(p.annotation), "str") for p in params
-             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    if any(p.kind == p.VAR_KEYWORD for p in params):
-        return {**csv_types.get(name, {}), **named}
-    return named
+# {API: {parameter: upstream's declared type}}: each family's `PARAMETERS`, from upstream's classes.
+# all_apis.csv is no source: it lists an older design of several APIs (`DeleteReminder(token,
+# reminder_id)`, where upstream's class and every recorded call use content and time).
+TYPES: dict[str, dict[str, str]] = {name: params for family in FAMILIES for name, params in family.PARAMETERS.items()}
+if set(TYPES) != set(REGISTRY):  # a family that registers an API without declaring its parameters
+    raise ImportError(f"api_bank_sim: parameters not declared for {sorted(set(REGISTRY) - set(TYPES))}")
 
 
 class Simulator:
-    """The simulated APIs over `<root>/init_database`, with each API's declared parameter types."""
+    """The simulated APIs over `<root>/init_database`."""
 
     def __init__(self, root: str):
-        needed = [os.path.join(root, "init_database"), os.path.join(root, "data", "all_apis.csv")]
-        missing = [p for p in needed if not os.path.exists(p)]
-        if missing:
-            raise DataError(f"api-bank: executing calls needs {', '.join(missing)}; without them set "
+        folder = os.path.join(root, "init_database")
+        if not os.path.isdir(folder):
+            raise DataError(f"api-bank: executing calls needs {folder}; without it set "
                             "data.env_args.scoring: input (the first call's input compared, no execution)")
-        self.db = Database(needed[0])
-        csv_types = declared_types(needed[1])
-        self.types = {name: parameter_types(name, csv_types) for name in REGISTRY}
-
-    def known(self, name: str) -> bool:
-        return name in REGISTRY
+        self.db = Database(folder)
 
     def execute(self, name: str, arguments: dict[str, Any], before: Sequence[Earlier] = ()) -> Result:
         """Run one call after replaying `before`, the dialogue's earlier calls (name, arguments, recorded
@@ -128,7 +91,7 @@ class Simulator:
     def _run(self, session: Session, name: str, arguments: dict[str, Any]) -> Result:
         if name not in REGISTRY:
             raise ValueError(f"unknown API {name!r}")
-        types = self.types[name]
+        types = TYPES[name]
         unknown = [k for k in arguments if k not in types]
         if unknown:
             raise ValueError(f"invalid parameter name. parameter: {unknown[0]}")

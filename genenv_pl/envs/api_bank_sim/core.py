@@ -6,7 +6,7 @@ password the dialogue set earlier, a query of the id an earlier call created. He
 dialogue runs after the dialogue's earlier calls are replayed on a fresh copy (`Session`); a call
 without earlier calls (a generated task) runs on the initial state, as upstream's.
 Arguments arrive as upstream's `ToolManager.api_call` leaves them: converted to each parameter's declared
-type (`all_apis.csv`'s `input_parameters`). A call returns `{"api_name", "input", "output",
+type (each family's `PARAMETERS`, upstream's `input_parameters`). A call returns `{"api_name", "input", "output",
 "exception"}`; an API signals a failure by raising `ApiError`, whose message becomes `exception` (with
 `output` None), as upstream's `call` methods catch their exceptions.
 
