@@ -109,8 +109,44 @@ def gold_validity(runs: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
+def by_task_type(items: dict[str, dict], sampled: dict[str, dict], result: dict) -> list[str]:
+    """Markdown: per task type, the warm start's greedy accuracy and each variant's difference from it
+    (greedy / sampled, each item's score averaged over the variant's scored seeds, with the paired SE).
+    Where the simulator's steps teach, and where they do not, shows by task type before it shows overall.
+    A read after the fact, on cells of 52-70 items."""
+    warm_g, warm_s = items.get("warm_start"), sampled.get("warm_start")
+    stages = [s for s in items if s != "warm_start" and s in sampled]
+    if warm_g is None or warm_s is None or not stages:
+        return []
+    by_variant: dict[str, list[str]] = {}
+    for stage in stages:
+        by_variant.setdefault(real_llm._variant_seed(stage)[0], []).append(stage)
+    types = sorted({k.split("/")[1] for k in warm_g})
+    table: dict[str, dict] = {}
+    lines = ["", "By task type (greedy and sampled accuracy minus the warm start's, each item averaged over the "
+                 "variant's scored seeds, paired SE in brackets; 52-70 items a type; a read after the fact):", "",
+             "| task type | items | warm start greedy | " + " | ".join(f"{v} ({len(s)} seed{'s' * (len(s) > 1)}) greedy / sampled"
+                                                          for v, s in by_variant.items()) + " |",
+             "|---|---|---|" + "---|" * len(by_variant)]
+    for t in types:
+        keys = [k for k in warm_g if k.split("/")[1] == t]
+        row = table[t] = {"items": len(keys), "warm_start": sum(warm_g[k][0] for k in keys) / len(keys)}
+        cells = []
+        for variant, vs in by_variant.items():
+            pairs = []
+            for now, before in ((items, warm_g), (sampled, warm_s)):
+                mean = {k: [sum(now[s][k][0] for s in vs) / len(vs)] for k in keys}
+                pairs.append(real_llm.paired(mean, before))
+            row[variant] = {kind: {"diff": pr["diff"], "se": pr["se"]} for kind, pr in zip(("greedy", "sampled"), pairs)}
+            cells.append(" / ".join(f"{pr['diff']:+.3f} ({pr['se']:.3f})" for pr in pairs))
+        lines.append(f"| {t} | {len(keys)} | {row['warm_start']:.3f} | " + " | ".join(cells) + " |")
+    result["by_task_type"] = table
+    return lines
+
+
 def section(study: real_llm.Study, args, result: dict, lines: list[str]) -> None:
-    """The report's ALFWorld part: the zero-shot reference, episodes, gold validity."""
+    """The report's ALFWorld part: the zero-shot reference, per task type, episodes, gold validity."""
+    lines += by_task_type(real_llm.item_files(study, args), real_llm.item_files(study, args, "sampled"), result)
     if REFERENCE.exists():
         ref = json.loads(REFERENCE.read_text())
         acc = ref["groups"]["overall"].get("accuracy")
