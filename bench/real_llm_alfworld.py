@@ -16,6 +16,10 @@ adds:
 - episodes: the warm-started agent and each final agent play `--episodes` whole games in the engine
   (12 by default: one of every task type in both splits, at most 50 commands, 64 new tokens a reply);
   kept as `real_llm_alfworld_runs/episodes/<stage>.json`;
+- pools: what each fit's agent trained on, read from its last checkpoint (tasks per task type with the
+  mean rollout reward, history lengths, gold verbs); kept as `real_llm_alfworld_runs/pools/<stage>.json`,
+  and set beside the held-out steps in the report, which also splits every paired difference by task type
+  and by the gold command's verb (the latter when the ALFWorld data root is set);
 - gold validity: every step the simulator writes is played in the engine (`simulator_writes: actions`:
   the engine supplies state, admissible commands and gold), and each fit logs, per epoch, the share of
   generated steps whose gold is admissible and goal-advancing in the state they describe
@@ -39,6 +43,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -86,6 +91,71 @@ def episodes(study: real_llm.Study, out: Path, stage: str, args, ckpt: Path | No
     real_llm.keep(path, {"stage": stage, "ckpt": ckpt is not None, "wall_s": wall, "episodes": table["episodes"]})
 
 
+def pools(study: real_llm.Study, out: Path, stage: str, args, ckpt: Path | None) -> None:
+    """What a fit's agent trained on, read from its last checkpoint's data pool: tasks per task type with
+    the agent's mean rollout reward and the share of all-equal groups (no GRPO signal), the history
+    lengths and the gold commands' verbs. Kept as `<name>_runs/pools/<stage>.json`, so the report can say
+    which steps each variant taught without the 1 GB checkpoints."""
+    path = real_llm.run_file(study, args, f"pools/{stage}")
+    if ckpt is None or path.exists() or not ckpt.exists():
+        return
+    import torch  # here: the report-only path of this script needs no torch
+
+    state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)["GenEnvDataModule"]
+    types: dict[str, dict] = {}
+    history: dict[int, int] = {}
+    verbs: dict[str, int] = {}
+    for entry in state["pools"]["train"]:
+        task, rewards = entry["task"], entry.get("rewards") or []
+        t = types.setdefault(task["meta"].get("task_type") or task["group"].split("/")[-1],
+                             {"tasks": 0, "reward_sum": 0.0, "zero_std": 0})
+        t["tasks"] += 1
+        t["reward_sum"] += sum(rewards) / len(rewards) if rewards else 0.0
+        t["zero_std"] += len(set(rewards)) <= 1
+        n = len(task["data"]["history"])
+        history[n] = history.get(n, 0) + 1
+        verb = task["data"]["gold"].split()[0]
+        verbs[verb] = verbs.get(verb, 0) + 1
+    for t in types.values():
+        t["mean_reward"] = t.pop("reward_sum") / t["tasks"]
+        t["zero_std"] /= t["tasks"]
+    real_llm.keep(path, {"stage": stage, "tasks": sum(t["tasks"] for t in types.values()),
+                         "by_task_type": dict(sorted(types.items())), "history_length": dict(sorted(history.items())),
+                         "gold_verb": dict(sorted(verbs.items(), key=lambda kv: -kv[1]))})
+
+
+def pool_lines(study: real_llm.Study, args, result: dict, held_out: dict[str, dict] | None = None) -> list[str]:
+    """Markdown: per fit, its agent's training tasks by task type (count, mean rollout reward), the share
+    of early steps and of `go to` golds; the held-out steps (`held_out_steps`, scored ones) beside them."""
+    files = sorted(real_llm.run_file(study, args, "pools/x").parent.glob("*.json"))
+    if not files:
+        return []
+    kept = {p.stem: json.loads(p.read_text()) for p in files}
+    result["pools"] = kept
+    types = sorted({t for k in kept.values() for t in k["by_task_type"]})
+    lines = ["", "What each fit's agent trained on (its last checkpoint's pool): tasks per task type, with the mean "
+                 "rollout reward; then the share of steps with at most 2 commands of history, and of golds that "
+                 "are `go to` commands.", "",
+             "| fit | tasks | " + " | ".join(types) + " | history <= 2 | gold `go to` |",
+             "|---|---|" + "---|" * len(types) + "---|---|"]
+    for stage, k in kept.items():
+        cells = [f"{k['by_task_type'][t]['tasks']} ({k['by_task_type'][t]['mean_reward']:.2f})"
+                 if t in k["by_task_type"] else "0" for t in types]
+        short = sum(n for h, n in k["history_length"].items() if int(h) <= 2) / k["tasks"]
+        lines.append(f"| {stage} | {k['tasks']} | " + " | ".join(cells) +
+                     f" | {short:.2f} | {k['gold_verb'].get('go', 0) / k['tasks']:.2f} |")
+    if held_out:
+        n = len(held_out)
+        count = {t: sum(k.split("/")[1] == t for k in held_out) for t in types}
+        ref = {"steps": n, "by_task_type": count,
+               "history_le_2": sum(v["history"] <= 2 for v in held_out.values()) / n,
+               "go_to": sum(v["verb"] == "go to" for v in held_out.values()) / n}
+        result["held_out_steps"] = ref
+        lines.append(f"| held-out steps | {n} | " + " | ".join(str(count[t]) for t in types) +
+                     f" | {ref['history_le_2']:.2f} | {ref['go_to']:.2f} |")
+    return lines
+
+
 def gold_validity(runs: dict[str, dict]) -> dict[str, dict]:
     """Per variant: the share of generated steps the engine vouches for (gold admissible and goal-advancing
     in the state the step describes), pooled over its runs' epochs weighted by each epoch's valid tasks,
@@ -109,11 +179,12 @@ def gold_validity(runs: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def by_task_type(items: dict[str, dict], sampled: dict[str, dict], result: dict) -> list[str]:
-    """Markdown: per task type, the warm start's greedy accuracy and each variant's difference from it
-    (greedy / sampled, each item's score averaged over the variant's scored seeds, with the paired SE).
-    Where the simulator's steps teach, and where they do not, shows by task type before it shows overall.
-    A read after the fact, on cells of 52-70 items."""
+def breakdown(items: dict[str, dict], sampled: dict[str, dict], label: Callable[[str], str], name: str,
+              result: dict, key: str) -> list[str]:
+    """Markdown: per label of the held-out items (`label(item key)`), the warm start's greedy and sampled
+    accuracy and each variant's difference from it (greedy / sampled, each item's score averaged over the
+    variant's scored seeds, paired SE in brackets), kept as `result[key]`. Where the simulator's steps
+    teach and where they do not shows here before it shows overall; a read after the fact, on small cells."""
     warm_g, warm_s = items.get("warm_start"), sampled.get("warm_start")
     stages = [s for s in items if s != "warm_start" and s in sampled]
     if warm_g is None or warm_s is None or not stages:
@@ -121,16 +192,18 @@ def by_task_type(items: dict[str, dict], sampled: dict[str, dict], result: dict)
     by_variant: dict[str, list[str]] = {}
     for stage in stages:
         by_variant.setdefault(real_llm._variant_seed(stage)[0], []).append(stage)
-    types = sorted({k.split("/")[1] for k in warm_g})
+    groups: dict[str, list[str]] = {}
+    for k in warm_g:
+        groups.setdefault(label(k), []).append(k)
     table: dict[str, dict] = {}
-    lines = ["", "By task type (greedy and sampled accuracy minus the warm start's, each item averaged over the "
-                 "variant's scored seeds, paired SE in brackets; 52-70 items a type; a read after the fact):", "",
-             "| task type | items | warm start greedy | " + " | ".join(f"{v} ({len(s)} seed{'s' * (len(s) > 1)}) greedy / sampled"
-                                                          for v, s in by_variant.items()) + " |",
+    lines = ["", f"By {name} (greedy and sampled accuracy minus the warm start's, each item averaged over the "
+                 "variant's scored seeds, paired SE in brackets; a read after the fact):", "",
+             f"| {name} | items | warm start greedy / sampled | "
+             + " | ".join(f"{v} ({len(s)} seed{'s' * (len(s) > 1)}) greedy / sampled" for v, s in by_variant.items()) + " |",
              "|---|---|---|" + "---|" * len(by_variant)]
-    for t in types:
-        keys = [k for k in warm_g if k.split("/")[1] == t]
-        row = table[t] = {"items": len(keys), "warm_start": sum(warm_g[k][0] for k in keys) / len(keys)}
+    for group, keys in sorted(groups.items()):
+        row = table[group] = {"items": len(keys), "warm_start": sum(warm_g[k][0] for k in keys) / len(keys),
+                              "warm_start_sampled": sum(warm_s[k][0] for k in keys) / len(keys)}
         cells = []
         for variant, vs in by_variant.items():
             pairs = []
@@ -139,14 +212,39 @@ def by_task_type(items: dict[str, dict], sampled: dict[str, dict], result: dict)
                 pairs.append(real_llm.paired(mean, before))
             row[variant] = {kind: {"diff": pr["diff"], "se": pr["se"]} for kind, pr in zip(("greedy", "sampled"), pairs)}
             cells.append(" / ".join(f"{pr['diff']:+.3f} ({pr['se']:.3f})" for pr in pairs))
-        lines.append(f"| {t} | {len(keys)} | {row['warm_start']:.3f} | " + " | ".join(cells) + " |")
-    result["by_task_type"] = table
+        lines.append(f"| {group} | {len(keys)} | {row['warm_start']:.3f} / {row['warm_start_sampled']:.3f} | "
+                     + " | ".join(cells) + " |")
+    result[key] = table
     return lines
 
 
+def held_out_steps() -> dict[str, dict] | None:
+    """Each evaluation step's key -> its gold command's verb (`go to`, `take`, `move`, `open`; the rest,
+    `use`/`heat`/`cool`/`clean`, as `other`) and its history length; None without the ALFWorld data.
+    Nearly half the held-out golds are `go to` moves, many of them searches whose target the expert knows
+    from the game's state and the agent cannot see."""
+    from genenv_pl.envs.alfworld import ALFWorldEnv  # here: the rest of the report needs no data
+
+    try:
+        tasks = ALFWorldEnv().eval_tasks()
+    except Exception as e:  # no data root here: the report goes on without these tables
+        print(f"held-out steps by gold command: skipped ({e})", flush=True)
+        return None
+    verbs = {"go": "go to", "take": "take", "move": "move", "open": "open"}
+    return {f"{t.group}/{t.id}": {"verb": verbs.get(t.data["gold"].split()[0], "other"), "history": len(t.data["history"])}
+            for t in tasks}
+
+
 def section(study: real_llm.Study, args, result: dict, lines: list[str]) -> None:
-    """The report's ALFWorld part: the zero-shot reference, per task type, episodes, gold validity."""
-    lines += by_task_type(real_llm.item_files(study, args), real_llm.item_files(study, args, "sampled"), result)
+    """The report's ALFWorld part: per task type and gold command, the pools, the zero-shot reference,
+    episodes, gold validity."""
+    items, sampled = real_llm.item_files(study, args), real_llm.item_files(study, args, "sampled")
+    lines += breakdown(items, sampled, lambda k: k.split("/")[1], "task type", result, "by_task_type")
+    steps = held_out_steps() if items else None
+    if steps is not None:
+        lines += breakdown(items, sampled, lambda k: steps[k]["verb"], "gold command", result, "by_gold_verb")
+    held_out = {k: steps[k] for k in items["warm_start"]} if steps is not None and "warm_start" in items else None
+    lines += pool_lines(study, args, result, held_out)
     if REFERENCE.exists():
         ref = json.loads(REFERENCE.read_text())
         acc = ref["groups"]["overall"].get("accuracy")
@@ -189,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     p = real_llm.parser(STUDY)
     p.add_argument("--episodes", type=int, default=12, metavar="N",
                    help="whole games each agent plays (one of every task type in both splits at 12); 0: none")
-    real_llm.run(STUDY, p.parse_args(argv), extra_stages=[episodes], extend_report=section)
+    real_llm.run(STUDY, p.parse_args(argv), extra_stages=[pools, episodes], extend_report=section)
 
 
 if __name__ == "__main__":
