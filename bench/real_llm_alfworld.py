@@ -16,6 +16,8 @@ adds:
 - episodes: the warm-started agent and each final agent play `--episodes` whole games in the engine
   (12 by default: one of every task type in both splits, at most 50 commands, 64 new tokens a reply);
   kept as `real_llm_alfworld_runs/episodes/<stage>.json`;
+- replies: every agent's greedy reply to each held-out step (`real_llm_alfworld_runs/replies/<stage>.json`),
+  which the report reads for the verbs the agents answer with at each gold command;
 - pools: what each fit's agent trained on, read from its last checkpoint (tasks per task type with the
   mean rollout reward, history lengths, gold verbs); kept as `real_llm_alfworld_runs/pools/<stage>.json`,
   and set beside the held-out steps in the report, which also splits every paired difference by task type
@@ -122,6 +124,47 @@ def pools(study: real_llm.Study, out: Path, stage: str, args, ckpt: Path | None)
     real_llm.keep(path, {"stage": stage, "tasks": sum(t["tasks"] for t in types.values()),
                          "by_task_type": dict(sorted(types.items())), "history_length": dict(sorted(history.items())),
                          "gold_verb": dict(sorted(verbs.items(), key=lambda kv: -kv[1]))})
+
+
+def replies(study: real_llm.Study, out: Path, stage: str, args, ckpt: Path | None) -> None:
+    """Each held-out item's greedy reply, from the per-item stage's test run, kept as
+    `<name>_runs/replies/<stage>.json`: the scores say whether an agent was right, the replies what it
+    said instead (an agent that answers `go to` wherever the gold is `move` fails differently from one
+    that picks the wrong receptacle)."""
+    path = real_llm.run_file(study, args, f"replies/{stage}")
+    tag = f"{stage}_k{args.eval_samples}" if args.eval_samples else stage
+    results = out / "test_runs" / tag / "version_0" / "test_results.json"
+    if path.exists() or not results.exists():
+        return
+    rows = json.loads(results.read_text())["rows"]
+    real_llm.keep(path, {"stage": stage, "replies": {f"{r['group']}/{r['id']}": r["response"] for r in rows}})
+
+
+def reply_verb(response: str) -> str:
+    """The first word of the command in a reply's <response> tag ("" without one)."""
+    inner = response.split("<response>", 1)[-1].split("</response>", 1)[0] if "<response>" in response else ""
+    return (inner.split() or [""])[0]
+
+
+def reply_lines(study: real_llm.Study, args, result: dict, steps: dict[str, dict]) -> list[str]:
+    """Markdown: per agent and gold command, the share of greedy replies that use the gold's verb."""
+    files = sorted(real_llm.run_file(study, args, "replies/x").parent.glob("*.json"))
+    if not files:
+        return []
+    verbs = sorted({v["verb"] for v in steps.values()})
+    table: dict[str, dict] = {}
+    lines = ["", "Greedy replies that use the gold command's verb, by gold command (held-out steps; an agent that "
+                 "answers `go to` at a `move` step counts as not):", "",
+             "| agent | " + " | ".join(verbs) + " |", "|---|" + "---|" * len(verbs)]
+    for p in files:
+        said = json.loads(p.read_text())["replies"]
+        row = table[p.stem] = {}
+        for verb in verbs:
+            keys = [k for k in said if k in steps and steps[k]["verb"] == verb]
+            row[verb] = sum(reply_verb(said[k]) == steps[k]["first"] for k in keys) / len(keys) if keys else None
+        lines.append(f"| {p.stem} | " + " | ".join(real_llm._fmt(row[v]) for v in verbs) + " |")
+    result["reply_verb_matches_gold"] = table
+    return lines
 
 
 def pool_lines(study: real_llm.Study, args, result: dict, held_out: dict[str, dict] | None = None) -> list[str]:
@@ -231,8 +274,8 @@ def held_out_steps() -> dict[str, dict] | None:
         print(f"held-out steps by gold command: skipped ({e})", flush=True)
         return None
     verbs = {"go": "go to", "take": "take", "move": "move", "open": "open"}
-    return {f"{t.group}/{t.id}": {"verb": verbs.get(t.data["gold"].split()[0], "other"), "history": len(t.data["history"])}
-            for t in tasks}
+    return {f"{t.group}/{t.id}": {"verb": verbs.get(t.data["gold"].split()[0], "other"), "first": t.data["gold"].split()[0],
+                                  "history": len(t.data["history"])} for t in tasks}
 
 
 def section(study: real_llm.Study, args, result: dict, lines: list[str]) -> None:
@@ -243,6 +286,7 @@ def section(study: real_llm.Study, args, result: dict, lines: list[str]) -> None
     steps = held_out_steps() if items else None
     if steps is not None:
         lines += breakdown(items, sampled, lambda k: steps[k]["verb"], "gold command", result, "by_gold_verb")
+        lines += reply_lines(study, args, result, steps)
     held_out = {k: steps[k] for k in items["warm_start"]} if steps is not None and "warm_start" in items else None
     lines += pool_lines(study, args, result, held_out)
     if REFERENCE.exists():
@@ -287,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     p = real_llm.parser(STUDY)
     p.add_argument("--episodes", type=int, default=12, metavar="N",
                    help="whole games each agent plays (one of every task type in both splits at 12); 0: none")
-    real_llm.run(STUDY, p.parse_args(argv), extra_stages=[pools, episodes], extend_report=section)
+    real_llm.run(STUDY, p.parse_args(argv), extra_stages=[replies, pools, episodes], extend_report=section)
 
 
 if __name__ == "__main__":
