@@ -24,8 +24,8 @@ KEY = re.compile(r"^(?:--)?((?:data|model|trainer)\.[a-z_][\w.]*)$")
 
 
 def _code_spans() -> list[str]:
-    """Inline code spans and the lines of fenced blocks."""
-    fenced = re.findall(r"```[a-z]*\n(.*?)```", README, flags=re.S)
+    """Inline code spans and the lines of fenced blocks (a line continued with a backslash joined to the next)."""
+    fenced = [block.replace("\\\n", " ") for block in re.findall(r"```[a-z]*\n(.*?)```", README, flags=re.S)]
     outside = re.sub(r"```[a-z]*\n.*?```", "", README, flags=re.S)
     return re.findall(r"`([^`\n]+)`", outside) + [line for block in fenced for line in block.splitlines()]
 
