@@ -313,7 +313,8 @@ def section(study: real_llm.Study, args, result: dict, lines: list[str]) -> None
     runs = {p.stem: json.loads(p.read_text()) for p in sorted(real_llm.run_file(study, args, "x").parent.glob("*.json"))}
     runs.update(real_llm.unfinished(study, args, runs))
     runs.pop("zero_shot", None)
-    validity = gold_validity(runs)
+    # a run that has not yet logged an epoch (or whose steps are not checked) has nothing to pool
+    validity = {v: d for v, d in gold_validity(runs).items() if d["checked"]}
     if validity:
         result["gold_validity"] = {variant: v["gold_valid"] for variant, v in validity.items()}
         result["gold_validity_detail"] = validity
