@@ -281,7 +281,7 @@ def item_scores(study: Study, out: Path, stage: str, args, ckpt: Path | None) ->
     if ckpt is not None and not ckpt.exists():
         print(f"{stage}: no checkpoint at {ckpt}, per-item scores skipped", flush=True)
         return
-    tag = f"{stage}_k{args.eval_samples}" if args.eval_samples else stage
+    tag = test_tag(stage, args)
     log_dir = out / "test_runs" / tag / "version_0"
     cfg = {"trainer": {"logger": _logger(out / "test_runs", tag, version=0)},
            "data": {"coevo": {"eval_samples": args.eval_samples}}}
@@ -301,6 +301,24 @@ def item_scores(study: Study, out: Path, stage: str, args, ckpt: Path | None) ->
         keep(sampled_path, {"stage": stage, "ckpt": ckpt is not None, "wall_s": wall, "samples": args.eval_samples,
                             "greedy_accuracy": sum(a for a, _ in greedy.values()) / len(greedy),
                             "items": {f"{r['group']}/{r['id']}": [r["sampled_accuracy"]] for r in rows}})
+
+
+def test_tag(stage: str, args) -> str:
+    """The name of `item_scores`' test run of a stage (its logs: `<out>/test_runs/<tag>/version_0`)."""
+    return f"{stage}_k{args.eval_samples}" if args.eval_samples else stage
+
+
+def by_variant(stages) -> dict[str, list[str]]:
+    """Stage names (`<variant>_s<seed>`) grouped by variant, in order."""
+    out: dict[str, list[str]] = {}
+    for stage in stages:
+        out.setdefault(_variant_seed(stage)[0], []).append(stage)
+    return out
+
+
+def seed_mean(items: dict[str, dict], stages: list[str], keys) -> dict:
+    """Each item's score averaged over `stages` (a variant's seeds), in `paired`'s form."""
+    return {k: [sum(items[s][k][0] for s in stages) / len(stages)] for k in keys}
 
 
 def paired(a: dict, b: dict) -> dict:
@@ -359,18 +377,15 @@ def _pooled_over_seeds(items: dict[str, dict], warm: dict, against_warm: dict, p
     """Markdown: per variant, each item's score averaged over the variant's scored seeds, paired with the
     warm start. Its SE counts only the items' spread, not the seeds': the per-seed column shows that,
     read from `against_warm` (each stage's pair with the warm start, already computed)."""
-    by_variant: dict[str, list[str]] = {}
-    for stage in items:
-        by_variant.setdefault(_variant_seed(stage)[0], []).append(stage)
-    if all(len(stages) < 2 for stages in by_variant.values()):
+    variants = by_variant(items)
+    if all(len(stages) < 2 for stages in variants.values()):
         return []
     lines = ["", "Each variant over its scored seeds (an item's score is its mean over the seeds; the SE counts the "
              "items' spread only, the per-seed column shows the seeds'):", "",
              "| variant | seeds | accuracy | minus warm start | SE | per seed |", "|---|---|---|---|---|---|"]
-    for variant, stages in by_variant.items():
+    for variant, stages in variants.items():
         keys = set.intersection(*(set(items[s]) for s in stages))
-        mean = {k: [sum(items[s][k][0] for s in stages) / len(stages)] for k in keys}
-        pr = paired(mean, warm)
+        pr = paired(seed_mean(items, stages, keys), warm)
         pooled[variant] = pr | {"seeds": [_variant_seed(s)[1] for s in stages]}
         per_seed = ", ".join(f"{against_warm[f'{s} - warm_start']['diff']:+.3f}" for s in stages)
         lines.append(f"| {variant} | {len(stages)} | {pr['a']:.3f} | {pr['diff']:+.3f} | {pr['se']:.3f} | {per_seed} |")
@@ -396,7 +411,7 @@ def _genenv_minus_pooled(items: dict[str, dict], same_seed: dict, pooled: dict) 
     for baseline, seeds in shared.items():
         g, b = ([f"{v}_s{s}" for s in seeds] for v in ("genenv", baseline))
         keys = set.intersection(*(set(items[s]) for s in g + b))
-        mean_g, mean_b = ({k: [sum(items[s][k][0] for s in stages) / len(seeds)] for k in keys} for stages in (g, b))
+        mean_g, mean_b = (seed_mean(items, stages, keys) for stages in (g, b))
         pr = paired(mean_g, mean_b)
         pooled[baseline] = pr | {"seeds": seeds}
         per_seed = ", ".join(f"{same_seed[f'{x} - {y}']['diff']:+.3f}" for x, y in zip(g, b))

@@ -132,8 +132,7 @@ def replies(study: real_llm.Study, out: Path, stage: str, args, ckpt: Path | Non
     said instead (an agent that answers `go to` wherever the gold is `move` fails differently from one
     that picks the wrong receptacle)."""
     path = real_llm.run_file(study, args, f"replies/{stage}")
-    tag = f"{stage}_k{args.eval_samples}" if args.eval_samples else stage
-    results = out / "test_runs" / tag / "version_0" / "test_results.json"
+    results = out / "test_runs" / real_llm.test_tag(stage, args) / "version_0" / "test_results.json"
     if path.exists() or not results.exists():
         return
     rows = json.loads(results.read_text())["rows"]
@@ -232,9 +231,7 @@ def breakdown(items: dict[str, dict], sampled: dict[str, dict], label: Callable[
     stages = [s for s in items if s != "warm_start" and s in sampled]
     if warm_g is None or warm_s is None or not stages:
         return []
-    by_variant: dict[str, list[str]] = {}
-    for stage in stages:
-        by_variant.setdefault(real_llm._variant_seed(stage)[0], []).append(stage)
+    by_variant = real_llm.by_variant(stages)
     groups: dict[str, list[str]] = {}
     for k in warm_g:
         groups.setdefault(label(k), []).append(k)
@@ -251,8 +248,7 @@ def breakdown(items: dict[str, dict], sampled: dict[str, dict], label: Callable[
         for variant, vs in by_variant.items():
             pairs = []
             for now, before in ((items, warm_g), (sampled, warm_s)):
-                mean = {k: [sum(now[s][k][0] for s in vs) / len(vs)] for k in keys}
-                pairs.append(real_llm.paired(mean, before))
+                pairs.append(real_llm.paired(real_llm.seed_mean(now, vs, keys), before))
             row[variant] = {kind: {"diff": pr["diff"], "se": pr["se"]} for kind, pr in zip(("greedy", "sampled"), pairs)}
             cells.append(" / ".join(f"{pr['diff']:+.3f} ({pr['se']:.3f})" for pr in pairs))
         lines.append(f"| {group} | {len(keys)} | {row['warm_start']:.3f} / {row['warm_start_sampled']:.3f} | "
