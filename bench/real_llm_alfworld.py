@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -91,6 +93,46 @@ def episodes(study: real_llm.Study, out: Path, stage: str, args, ckpt: Path | No
         raise SystemExit(f"{stage}: episodes failed (exit {rc}); see {out / f'{tag}.test.log'}")
     table = json.loads((out / "test_runs" / tag / "version_0" / "test_results.json").read_text())
     real_llm.keep(path, {"stage": stage, "ckpt": ckpt is not None, "wall_s": wall, "episodes": table["episodes"]})
+
+
+def sim_audit(study: real_llm.Study, out: Path, stage: str, args, ckpt: Path | None) -> None:
+    """A sample of at least `--audit-steps` steps written by a simulator, each checked in the engine
+    (`bench/sim_audit.py`): the warm-started one (`warm_start`, which `genenv-random` and `static` keep
+    throughout) and each `genenv` fit's final one. A fit checks every step it writes, but at 160 agent tasks
+    a run writes fewer than a fair sample; this measures each simulator the same way, on its own sample.
+    Kept as `<name>_runs/sim_audit/<stage>.json`."""
+    if not args.audit_steps or (ckpt is not None and not stage.startswith("genenv_s")):
+        return
+    path = real_llm.run_file(study, args, f"sim_audit/{stage}")
+    if path.exists() or (ckpt is not None and not ckpt.exists()):
+        return
+    print(f"{stage}: simulator audit (at least {args.audit_steps} steps checked) ...", flush=True)
+    record = out / f"{stage}.audit.json"
+    cmd = [sys.executable, "bench/sim_audit.py", *study.config_args(args.override), "--min-checked",
+           str(args.audit_steps), "--out", str(record)] + (["--ckpt_path", str(ckpt)] if ckpt else [])
+    with open(out / f"{stage}.audit.log", "a") as f:
+        rc = subprocess.call(cmd, cwd=real_llm.REPO, stdout=f, stderr=subprocess.STDOUT)
+    if rc:
+        raise SystemExit(f"{stage}: simulator audit failed (exit {rc}); see {out / f'{stage}.audit.log'}")
+    real_llm.keep(path, {"stage": stage, **json.loads(record.read_text())})
+
+
+def audit_lines(study: real_llm.Study, args, result: dict) -> list[str]:
+    """Markdown: each audited simulator's sample (`sim_audit`): steps written, valid rate, steps checked
+    in the engine and their gold validity."""
+    files = sorted(real_llm.run_file(study, args, "sim_audit/x").parent.glob("*.json"))
+    if not files:
+        return []
+    kept = result["sim_audit"] = {}
+    lines = ["", "Simulator audit: steps each simulator writes for randomly drawn seed steps (as in a fit: K per "
+                 "seed, its sampling), every valid one checked in the engine. `warm_start` is the simulator that "
+                 "`genenv-random` and `static` keep; a `genenv` fit's row is its final simulator.", "",
+             "| simulator | seeds | steps written | valid rate | steps checked | gold validity |", "|---|---|---|---|---|---|"]
+    for p in files:
+        a = kept[p.stem] = json.loads(p.read_text())
+        lines.append(f"| {p.stem} | {a['seeds']} | {a['generated']} | {real_llm._fmt(a['valid_rate'])} | "
+                     f"{a['checked']} | {real_llm._fmt(a['checks'].get('gold_valid'))} |")
+    return lines
 
 
 def pools(study: real_llm.Study, out: Path, stage: str, args, ckpt: Path | None) -> None:
@@ -322,13 +364,16 @@ def section(study: real_llm.Study, args, result: dict, lines: list[str]) -> None
             per_epoch = "; ".join(f"{seed}: " + ", ".join(f"{g:.2f}" for g in series) for seed, series in v["by_seed"].items())
             lines.append(f"| {variant} | {v['checked']} | {real_llm._fmt(v['gold_valid'])} | "
                          f"{real_llm._fmt(v['sim_valid_rate'])} | {per_epoch} |")
+    lines += audit_lines(study, args, result)
 
 
 def main(argv: list[str] | None = None) -> None:
     p = real_llm.parser(STUDY)
     p.add_argument("--episodes", type=int, default=12, metavar="N",
                    help="whole games each agent plays (one of every task type in both splits at 12); 0: none")
-    real_llm.run(STUDY, p.parse_args(argv), extra_stages=[replies, pools, episodes], extend_report=section)
+    p.add_argument("--audit-steps", type=int, default=200, metavar="N",
+                   help="steps each audited simulator writes until this many are checked in the engine; 0: no audit")
+    real_llm.run(STUDY, p.parse_args(argv), extra_stages=[replies, pools, sim_audit, episodes], extend_report=section)
 
 
 if __name__ == "__main__":
