@@ -215,11 +215,11 @@ def _recipe_curriculum(study: Study, args) -> dict:
     raise SystemExit(f"no AlphaCurriculumCallback in {paths}")
 
 
-def _run(cmd: list[str], log: Path) -> tuple[int, float, float]:
-    """(exit code, wall seconds, peak resident GB of the child)."""
+def _run(cmd: list[str], log: Path, script: str = "main.py") -> tuple[int, float, float]:
+    """(exit code, wall seconds, peak resident GB of the child) of `script` (a path in the repository)."""
     t0 = time.time()
     with open(log, "a") as f:
-        rc = subprocess.call([sys.executable, "main.py", *cmd], cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
+        rc = subprocess.call([sys.executable, script, *cmd], cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
                              env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6  # KB -> GB, the largest child so far
     return rc, time.time() - t0, peak

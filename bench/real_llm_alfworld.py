@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -108,10 +106,9 @@ def sim_audit(study: real_llm.Study, out: Path, stage: str, args, ckpt: Path | N
         return
     print(f"{stage}: simulator audit (at least {args.audit_steps} steps checked) ...", flush=True)
     record = out / f"{stage}.audit.json"
-    cmd = [sys.executable, "bench/sim_audit.py", *study.config_args(args.override), "--min-checked",
-           str(args.audit_steps), "--out", str(record)] + (["--ckpt_path", str(ckpt)] if ckpt else [])
-    with open(out / f"{stage}.audit.log", "a") as f:
-        rc = subprocess.call(cmd, cwd=real_llm.REPO, stdout=f, stderr=subprocess.STDOUT)
+    cmd = ([*study.config_args(args.override), "--min-checked", str(args.audit_steps), "--out", str(record)]
+           + (["--ckpt_path", str(ckpt)] if ckpt else []))
+    rc, _, _ = real_llm._run(cmd, out / f"{stage}.audit.log", script="bench/sim_audit.py")
     if rc:
         raise SystemExit(f"{stage}: simulator audit failed (exit {rc}); see {out / f'{stage}.audit.log'}")
     real_llm.keep(path, {"stage": stage, **json.loads(record.read_text())})

@@ -22,7 +22,6 @@ import json
 import random
 import sys
 import time
-from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,18 +30,13 @@ sys.path.insert(0, str(REPO))
 
 
 def audit_batches(batches) -> dict:
-    """Counts over `coevo.SeedBatch`es: generated, valid, duplicates, invalid reasons, and the mean of
-    each check the valid tasks carry (`meta["checks"]`)."""
-    generated = sum(len(b.generations) + b.invalid.get("overlong_prompt", 0) for b in batches)
-    invalid: Counter = Counter()
-    checks: dict[str, list[float]] = {}
-    valid = 0
-    for b in batches:
-        invalid.update(b.invalid)
-        valid += len(b.tasks)
-        for task in b.tasks:
-            for name, value in (task.meta.get("checks") or {}).items():
-                checks.setdefault(name, []).append(float(value))
+    """Counts over `coevo.SeedBatch`es, as a fit's epoch metrics count them: generated, valid, duplicates,
+    invalid reasons, and the mean of each check the valid tasks carry (`meta["checks"]`)."""
+    from genenv_pl.epoch_metrics import generated_count, task_checks
+
+    generated, invalid = generated_count(batches)
+    checks = task_checks([t for b in batches for t in b.tasks])
+    valid = sum(len(b.tasks) for b in batches)
     return {"generated": generated, "valid": valid, "duplicates": sum(b.duplicates for b in batches),
             "valid_rate": valid / generated if generated else None, "invalid": dict(sorted(invalid.items())),
             "checked": len(checks.get("gold_valid", [])),
@@ -84,6 +78,7 @@ def main(argv: list[str] | None = None) -> dict:
             random.Random(args.seed).shuffle(seeds)
             rates = dict(dm.success_rates)
             batches, t0 = [], time.perf_counter()
+            counts = audit_batches(batches)
             for r in range(args.max_rounds):
                 chunk = seeds[r * args.seeds_per_round:(r + 1) * args.seeds_per_round]
                 if not chunk:
@@ -96,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
                       f"{counts['checked']} checked ({time.perf_counter() - t0:.0f} s)", flush=True)
                 if counts["checked"] >= args.min_checked:
                     break
-            record.update(audit_batches(batches), seeds=sum(len(b.generations) > 0 for b in batches),
+            record.update(counts, seeds=sum(len(b.generations) > 0 for b in batches),
                           seed_pool=len(seeds), k=params.n, temperature=params.temperature,
                           success_rates_shown=len(rates), ckpt=args.ckpt_path,
                           seconds=round(time.perf_counter() - t0, 1))

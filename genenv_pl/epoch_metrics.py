@@ -2,7 +2,8 @@
 rank's part). The alpha-zone ones come from the curriculum callback (`zone_metrics`)."""
 from __future__ import annotations
 
-from genenv_pl.coevo import Group
+from genenv_pl.coevo import Group, SeedBatch
+from genenv_pl.envs.base import Task
 from genenv_pl.seam import Part
 
 
@@ -33,22 +34,34 @@ def response_length(groups: list[Group]) -> float:
     return _mean([float(n) for n in lengths])
 
 
-def epoch_metrics(whole: Part, tasks_seen: int, zone: dict[str, float], sim_samples: int) -> dict[str, float]:
-    """NaN where a quantity is undefined this epoch (no valid generated task): the tag still appears, as a gap."""
-    batches, groups = whole.batches, whole.groups
-    n_gen = sum(len(b.generations) + b.invalid.get("overlong_prompt", 0) for b in batches)
-    fresh = [t for b in batches for t in b.tasks] + [g.task for g in groups if g.source == "static"]
-    static = [float(s) for g in groups if g.source == "static" for s in g.successes]
-    tokens = sum(len(g.response_ids) for b in batches for g in b.generations)
-    tokens += sum(len(r.response_ids) for g in groups for r in g.rollouts)
-    checks: dict[str, list[float]] = {}  # what the environment measured on each generated task
-    for t in fresh:
-        for name, value in (t.meta.get("checks") or {}).items():
-            checks.setdefault(name, []).append(float(value))
+def generated_count(batches: list[SeedBatch]) -> tuple[int, dict[str, int]]:
+    """The simulator outputs these seed batches stand for (a seed whose prompt was too long counts its K,
+    never generated, as invalid) and the invalid ones by reason."""
     reasons: dict[str, int] = {}
     for b in batches:
         for r, c in b.invalid.items():
             reasons[r] = reasons.get(r, 0) + c
+    return sum(len(b.generations) + b.invalid.get("overlong_prompt", 0) for b in batches), reasons
+
+
+def task_checks(tasks: list[Task]) -> dict[str, list[float]]:
+    """What the environment measured on each generated task (`meta["checks"]`), per check."""
+    checks: dict[str, list[float]] = {}
+    for t in tasks:
+        for name, value in (t.meta.get("checks") or {}).items():
+            checks.setdefault(name, []).append(float(value))
+    return checks
+
+
+def epoch_metrics(whole: Part, tasks_seen: int, zone: dict[str, float], sim_samples: int) -> dict[str, float]:
+    """NaN where a quantity is undefined this epoch (no valid generated task): the tag still appears, as a gap."""
+    batches, groups = whole.batches, whole.groups
+    n_gen, reasons = generated_count(batches)
+    fresh = [t for b in batches for t in b.tasks] + [g.task for g in groups if g.source == "static"]
+    static = [float(s) for g in groups if g.source == "static" for s in g.successes]
+    tokens = sum(len(g.response_ids) for b in batches for g in b.generations)
+    tokens += sum(len(r.response_ids) for g in groups for r in g.rollouts)
+    checks = task_checks(fresh)
     return {
         **{f"coevo/invalid/{r}": c / max(n_gen, 1) for r, c in reasons.items()},
         **{f"coevo/check/{name}": _mean(values) for name, values in checks.items()},
