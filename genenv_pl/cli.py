@@ -8,6 +8,7 @@ import os
 import sys
 import zipfile
 
+import torch.distributed as dist
 from jsonargparse import DefaultHelpFormatter, namespace_to_dict, set_parsing_settings
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
@@ -242,7 +243,20 @@ def checked_checkpoint(ckpt_path: str, trainer) -> str:
 
 def cli_main(args=None) -> GenEnvCLI:
     _show_info_logs()
-    return GenEnvCLI(GenEnvModule, GenEnvDataModule, args=args, save_config_kwargs={"overwrite": True})
+    cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, args=args, save_config_kwargs={"overwrite": True})
+    _end_process_group()
+    return cli
+
+
+def _end_process_group() -> None:
+    """Destroy the process group a multi-process run opened, once the run has ended well.
+
+    Lightning leaves it to the script. Left open, gloo's worker threads can outlive the interpreter's
+    finalization and abort a finished run at exit (SIGABRT, "terminate called without an active
+    exception"). Only on success, as torchtitan does: after an error the other ranks may be blocked in
+    a collective, and destroying the group would hang this one."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _show_info_logs() -> None:
