@@ -133,36 +133,46 @@ def audit_lines(study: real_llm.Study, args, result: dict) -> list[str]:
 
 
 def pools(study: real_llm.Study, out: Path, stage: str, args, ckpt: Path | None) -> None:
-    """What a fit's agent trained on, read from its last checkpoint's data pool: tasks per task type with
-    the agent's mean rollout reward and the share of all-equal groups (no GRPO signal), the history
-    lengths and the gold commands' verbs. Kept as `<name>_runs/pools/<stage>.json`, so the report can say
-    which steps each variant taught without the 1 GB checkpoints."""
+    """What a fit's agent trained on, read from its last checkpoint's data pool (`pool_summary`). Kept as
+    `<name>_runs/pools/<stage>.json`, so the report can say which steps each variant taught without the
+    1 GB checkpoints."""
     path = real_llm.run_file(study, args, f"pools/{stage}")
     if ckpt is None or path.exists() or not ckpt.exists():
         return
     import torch  # here: the report-only path of this script needs no torch
 
     state = torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True)["GenEnvDataModule"]
+    real_llm.keep(path, {"stage": stage, **pool_summary(state["pools"]["train"])})
+
+
+def pool_summary(entries: list[dict]) -> dict:
+    """D_train's entries by task type: tasks, how many the agent rolled out (`rolled_out`), their mean
+    rollout reward and share of all-equal groups (no GRPO signal), None where none was rolled out; then
+    the history lengths and the gold commands' verbs. A "static" pool is its fixed set, kept without
+    rewards (its rollouts replay the set and add nothing): its rewards are None, not 0."""
     types: dict[str, dict] = {}
     history: dict[int, int] = {}
     verbs: dict[str, int] = {}
-    for entry in state["pools"]["train"]:
+    for entry in entries:
         task, rewards = entry["task"], entry.get("rewards") or []
         t = types.setdefault(task["meta"].get("task_type") or task["group"].split("/")[-1],
-                             {"tasks": 0, "reward_sum": 0.0, "zero_std": 0})
+                             {"tasks": 0, "rolled_out": 0, "reward_sum": 0.0, "zero_std": 0})
         t["tasks"] += 1
-        t["reward_sum"] += sum(rewards) / len(rewards) if rewards else 0.0
-        t["zero_std"] += len(set(rewards)) <= 1
+        if rewards:
+            t["rolled_out"] += 1
+            t["reward_sum"] += sum(rewards) / len(rewards)
+            t["zero_std"] += len(set(rewards)) <= 1
         n = len(task["data"]["history"])
         history[n] = history.get(n, 0) + 1
         verb = task["data"]["gold"].split()[0]
         verbs[verb] = verbs.get(verb, 0) + 1
     for t in types.values():
-        t["mean_reward"] = t.pop("reward_sum") / t["tasks"]
-        t["zero_std"] /= t["tasks"]
-    real_llm.keep(path, {"stage": stage, "tasks": sum(t["tasks"] for t in types.values()),
-                         "by_task_type": dict(sorted(types.items())), "history_length": dict(sorted(history.items())),
-                         "gold_verb": dict(sorted(verbs.items(), key=lambda kv: -kv[1]))})
+        n, total = t["rolled_out"], t.pop("reward_sum")
+        t["mean_reward"] = total / n if n else None
+        t["zero_std"] = t["zero_std"] / n if n else None
+    return {"tasks": sum(t["tasks"] for t in types.values()), "by_task_type": dict(sorted(types.items())),
+            "history_length": dict(sorted(history.items())),
+            "gold_verb": dict(sorted(verbs.items(), key=lambda kv: -kv[1]))}
 
 
 def replies(study: real_llm.Study, out: Path, stage: str, args, ckpt: Path | None) -> None:
@@ -215,13 +225,12 @@ def pool_lines(study: real_llm.Study, args, result: dict, held_out: dict[str, di
     result["pools"] = kept
     types = sorted({t for k in kept.values() for t in k["by_task_type"]})
     lines = ["", "What each fit's agent trained on (its last checkpoint's pool): tasks per task type, with the mean "
-                 "rollout reward; then the share of steps with at most 2 commands of history, and of golds that "
-                 "are `go to` commands.", "",
+                 "rollout reward (-: none rolled out; `static`'s pool is its fixed set, kept without rewards); then "
+                 "the share of steps with at most 2 commands of history, and of golds that are `go to` commands.", "",
              "| fit | tasks | " + " | ".join(types) + " | history <= 2 | gold `go to` |",
              "|---|---|" + "---|" * len(types) + "---|---|"]
     for stage, k in kept.items():
-        cells = [f"{k['by_task_type'][t]['tasks']} ({k['by_task_type'][t]['mean_reward']:.2f})"
-                 if t in k["by_task_type"] else "0" for t in types]
+        cells = [pool_cell(k["by_task_type"][t]) if t in k["by_task_type"] else "0" for t in types]
         short = sum(n for h, n in k["history_length"].items() if int(h) <= 2) / k["tasks"]
         lines.append(f"| {stage} | {k['tasks']} | " + " | ".join(cells) +
                      f" | {short:.2f} | {k['gold_verb'].get('go', 0) / k['tasks']:.2f} |")
@@ -235,6 +244,12 @@ def pool_lines(study: real_llm.Study, args, result: dict, held_out: dict[str, di
         lines.append(f"| held-out steps | {n} | " + " | ".join(str(count[t]) for t in types) +
                      f" | {ref['history_le_2']:.2f} | {ref['go_to']:.2f} |")
     return lines
+
+
+def pool_cell(t: dict) -> str:
+    """A pool table cell, `tasks (mean rollout reward)`, with "-" for a type none of whose tasks was rolled out."""
+    reward = t["mean_reward"]
+    return f"{t['tasks']} ({'-' if reward is None else f'{reward:.2f}'})"
 
 
 def gold_validity(runs: dict[str, dict]) -> dict[str, dict]:

@@ -48,3 +48,30 @@ def test_breakdown_needs_a_warm_start_and_a_scored_fit():
 ])
 def test_reply_verb(response, verb):
     assert study.reply_verb(response) == verb
+
+
+def _entry(task_type: str, rewards: list[float], history: int = 0, gold: str = "go to desk 1") -> dict:
+    """A D_train entry as a checkpoint keeps it."""
+    return {"epoch": 0, "rewards": rewards, "task": {"group": f"valid_seen/{task_type}", "meta": {"task_type": task_type},
+                                                     "data": {"history": ["look"] * history, "gold": gold}}}
+
+
+@pytest.mark.parametrize("entries, want", [
+    # rolled out: mean of each task's mean reward; an all-equal group counts as zero-std
+    ([_entry("heat", [1, 0]), _entry("heat", [1, 1])], {"tasks": 2, "rolled_out": 2, "mean_reward": 0.75, "zero_std": 0.5}),
+    # "static": the fixed set, kept without rewards, has no reward to show (not 0)
+    ([_entry("heat", []), _entry("heat", [])], {"tasks": 2, "rolled_out": 0, "mean_reward": None, "zero_std": None}),
+    # both: the reward is over the rolled-out tasks only
+    ([_entry("heat", []), _entry("heat", [0, 1])], {"tasks": 2, "rolled_out": 1, "mean_reward": 0.5, "zero_std": 0.0}),
+])
+def test_pool_summary_rewards_only_over_rolled_out_tasks(entries, want):
+    assert study.pool_summary(entries)["by_task_type"]["heat"] == want
+
+
+def test_pool_summary_counts_history_and_gold_verbs_and_cells_show_a_dash_without_rollouts():
+    summary = study.pool_summary([_entry("look", [1, 0], 0), _entry("look", [], 3, "move mug 1 to desk 1")])
+    assert summary["tasks"] == 2
+    assert summary["history_length"] == {0: 1, 3: 1}
+    assert summary["gold_verb"] == {"go": 1, "move": 1}
+    assert study.pool_cell({"tasks": 4, "mean_reward": None}) == "4 (-)"
+    assert study.pool_cell({"tasks": 4, "mean_reward": 0.25}) == "4 (0.25)"
