@@ -111,7 +111,10 @@ def sim_audit(study: real_llm.Study, out: Path, stage: str, args, ckpt: Path | N
     rc, _, _ = real_llm._run(cmd, out / f"{stage}.audit.log", script="bench/sim_audit.py")
     if rc:
         raise SystemExit(f"{stage}: simulator audit failed (exit {rc}); see {out / f'{stage}.audit.log'}")
-    real_llm.keep(path, {"stage": stage, **json.loads(record.read_text())})
+    kept = json.loads(record.read_text())
+    if ckpt is not None:  # results name no machine's folders: the checkpoint as the out folder holds it
+        kept["ckpt"] = ckpt.relative_to(out).as_posix() if ckpt.is_relative_to(out) else ckpt.name
+    real_llm.keep(path, {"stage": stage, **kept})
 
 
 def audit_lines(study: real_llm.Study, args, result: dict) -> list[str]:
