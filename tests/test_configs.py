@@ -86,3 +86,11 @@ def test_a_dotted_key_sets_one_key_of_a_dict_option_and_a_whole_dict_replaces_it
     assert base["sleep_level"] == 1 and base["max_model_len"] == 9000
     assert backend_args("--model.backend_args.max_model_len", "4096") == {**base, "max_model_len": 4096}
     assert backend_args("--model.backend_args", "{max_model_len: 4096}") == {"max_model_len": 4096}
+
+
+def test_the_alfworld_study_keeps_the_cpu_recipe_and_its_wall_clock_engine_limit(capsys):
+    """bench/recipes/alfworld_held_out.yaml repeats configs/cpu/alfworld.yaml's env_args (a later file's
+    dict replaces the whole option) and pins the wall-clock engine limit all the study's fits ran with."""
+    study = ("configs/alfworld.yaml", "configs/cpu/alfworld.yaml", "bench/recipes/alfworld_held_out.yaml")
+    cpu = _resolved(capsys, *study[:2])["data"]["env_args"]
+    assert _resolved(capsys, *study)["data"]["env_args"] == {**cpu, "engine_clock": "wall"}

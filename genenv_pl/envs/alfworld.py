@@ -37,7 +37,7 @@ import os
 import random
 from typing import Any
 
-from genenv_pl.envs.alfworld_check import Engine
+from genenv_pl.envs.alfworld_check import CLOCKS, Engine
 from genenv_pl.envs.alfworld_game import (
     GAMES_DIR,
     BatchPolicy,
@@ -107,6 +107,7 @@ class ALFWorldEnv(Environment):
         simulator_writes: str = "step",
         check_gold: bool = False,
         engine_timeout: float = 10.0,
+        engine_clock: str = "cpu",
         sim_prompt: str = "stats",
     ) -> None:
         """`simulator_writes`: "step" (a whole step as JSON) or "actions" (the commands so far in the
@@ -114,10 +115,14 @@ class ALFWorldEnv(Environment):
         game to measure whether its gold is right there (about a second each; "actions" steps are
         always checked). `engine_timeout`: seconds one engine call may take (planner searches from
         states off the expert's path can run away); past it the step is rejected as engine_timeout.
+        `engine_clock`: what those seconds count, "cpu" (the engine's own CPU time: the same steps are
+        rejected however loaded the machine is) or "wall" (wall-clock time; the ALFWorld study's rule).
         `sim_prompt`: what the simulator's prompt says about the agent's success on the seed: "rule"
         (the rate and "make it harder" above 60%, "easier" below 40%) or "stats" (the rate alone);
         see genenv_pl/envs/prompting.py."""
         self.sim_prompt = check_sim_prompt(sim_prompt)
+        if engine_clock not in CLOCKS:
+            raise ConfigError(f"data.env_args.engine_clock must be one of {CLOCKS}, got {engine_clock!r}")
         if simulator_writes not in ("step", "actions"):
             raise ConfigError(f"data.env_args.simulator_writes must be 'step' or 'actions', got {simulator_writes!r}")
         self.root = resolve_data_root(data_root, "alfworld")
@@ -137,7 +142,7 @@ class ALFWorldEnv(Environment):
         self.split_salt = split_salt
         self.simulator_writes = simulator_writes
         self.check_gold = check_gold
-        self.engine = Engine(engine_timeout)
+        self.engine = Engine(engine_timeout, engine_clock)
         #: (game key, reason) for every game file skipped while loading steps
         self.load_errors: list[tuple[str, str]] = []
         self._steps: dict[str, list[Task]] = {}

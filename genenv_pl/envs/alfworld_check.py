@@ -12,15 +12,20 @@ planner's next command), so every step it returns is one the engine vouches for 
 Like `alfworld_game.py`, this plays games only when asked (textworld, fast_downward imported there).
 `Engine` runs both in a child process with a time limit: the planner's search from a state off the
 expert's path can run away (one of ten detoured states took 56 s here), and a stalled planner must cost
-one rejected step, not a stalled epoch.
+one rejected step, not a stalled epoch. The limit is on the child's CPU time by default, so that whether
+a step is rejected does not depend on what else the machine runs (on a wall clock, a run beside another
+rejected more of the same steps).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
+import signal
 import subprocess
 import sys
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -134,15 +139,36 @@ def ground_step(path: str, actions: list[str]) -> tuple[dict[str, Any], dict[str
 
 _CALLS = {"check_step": check_step, "ground_step": ground_step}
 
+try:
+    import resource
+except ImportError:  # not POSIX (Windows): only the wall clock can limit a call
+    resource = None  # type: ignore[assignment]
+
+
+def limit_cpu(seconds: float | None) -> None:
+    """Let this process use about `seconds` more CPU time (None: no limit), rounded up to the kernel's
+    whole seconds. Past it the kernel sends SIGXCPU, whose default action ends the process wherever it
+    is: the planner's search runs in C++ and never returns to Python, where a Python timer could stop it."""
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = resource.RLIM_INFINITY if seconds is None else math.ceil(sum(os.times()[:2]) + seconds)
+    if hard != resource.RLIM_INFINITY:
+        soft = hard if soft == resource.RLIM_INFINITY else min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
 
 def _serve() -> None:
-    """The child's loop, one JSON line per call on stdin and per reply on stdout: [name, args] in;
-    ["ok", value], ["invalid", reason, detail] or ["error", type, message] out."""
+    """The child's loop, one JSON line per call on stdin and per reply on stdout: [name, args, CPU
+    seconds or null] in; ["ok", value], ["invalid", reason, detail] or ["error", type, message] out."""
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # whatever the engine prints goes to stderr, not into the replies
+    if resource is not None:
+        signal.signal(signal.SIGXCPU, signal.SIG_DFL)  # the limit ends the child ...
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))  # ... without a core file
     replies.write('["ready"]\n')
     for line in sys.stdin:
-        name, args = json.loads(line)
+        name, args, cpu_seconds = json.loads(line)
+        if resource is not None:
+            limit_cpu(cpu_seconds)
         try:
             reply = ["ok", _CALLS[name](*args)]
         except InvalidTask as e:
@@ -152,13 +178,27 @@ def _serve() -> None:
         replies.write(json.dumps(reply) + "\n")
 
 
+CLOCKS = ("cpu", "wall")
+WALL_BACKSTOP = 10
+"""Under the CPU clock a call still ends after this many times `timeout` on the wall clock: a child
+that gets under a tenth of a core is stalled, not slow."""
+
+
 class Engine:
     """`check_step` and `ground_step` in one long-lived child process (`python -m` this module), each
-    call limited to `timeout` seconds. A call past it kills the child (the next call starts a new one)
-    and raises InvalidTask("engine_timeout"); an engine error raises RuntimeError."""
+    call limited to `timeout` seconds of the child's CPU time (`clock="cpu"`) or of wall-clock time
+    (`clock="wall"`). A call past it ends the child (the next call starts a new one) and raises
+    InvalidTask("engine_timeout"); a child that dies otherwise raises InvalidTask("engine_crash"); an
+    engine error (an unreadable game) raises RuntimeError."""
 
-    def __init__(self, timeout: float = 10.0) -> None:
+    def __init__(self, timeout: float = 10.0, clock: str = "cpu") -> None:
+        if clock not in CLOCKS:
+            raise ValueError(f"engine clock must be one of {CLOCKS}, got {clock!r}")
+        if clock == "cpu" and resource is None:
+            warnings.warn("no CPU-time limits on this platform: the ALFWorld engine's limit is on the wall clock")
+            clock = "wall"
         self.timeout = timeout
+        self.clock = clock
         self._proc: subprocess.Popen | None = None
 
     def check_step(self, path: str, data: dict[str, Any]) -> dict[str, float]:
@@ -171,22 +211,36 @@ class Engine:
     def _call(self, name: str, *args: Any) -> Any:
         if self._proc is None or self._proc.poll() is not None:
             self._start()
-        self._proc.stdin.write(json.dumps([name, list(args)]) + "\n")
+        cpu = self.clock == "cpu"
+        self._proc.stdin.write(json.dumps([name, list(args), self.timeout if cpu else None]) + "\n")
         self._proc.stdin.flush()
-        reply = self._reply(self.timeout)
-        if reply is None:
-            self.close()
-            raise InvalidTask("engine_timeout", f"the engine took over {self.timeout:g} s")
+        reply = self._reply(self.timeout * (WALL_BACKSTOP if cpu else 1))
+        if not reply:
+            self._raise_no_reply(ended=reply == [])
         if reply[0] == "ok":
             return reply[1]
         if reply[0] == "invalid":
             raise InvalidTask(reply[1], reply[2])
         raise RuntimeError(f"alfworld engine: {reply[1]}: {reply[2]}")
 
+    def _raise_no_reply(self, ended: bool) -> None:
+        code = self._proc.wait() if ended else None  # a child that closed its replies has ended
+        self.close()
+        sigxcpu = getattr(signal, "SIGXCPU", None)  # POSIX only
+        if sigxcpu is not None and code == -sigxcpu:
+            raise InvalidTask("engine_timeout", f"the engine took over {self.timeout:g} s of CPU time")
+        if code is None:
+            wall = self.timeout * (WALL_BACKSTOP if self.clock == "cpu" else 1)
+            raise InvalidTask("engine_timeout", f"the engine took over {wall:g} s")
+        raise InvalidTask("engine_crash", f"the engine's process ended (exit {code})")
+
     def _reply(self, timeout: float) -> list | None:
+        """The child's next reply: None past `timeout`, [] when the child ended without one."""
         ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
-        line = self._proc.stdout.readline() if ready else ""
-        return json.loads(line) if line else None
+        if not ready:
+            return None
+        line = self._proc.stdout.readline()
+        return json.loads(line) if line else []
 
     def _start(self) -> None:
         # a fresh interpreter, not a fork: the parent runs torch threads, and a forked child may
@@ -206,7 +260,7 @@ class Engine:
         self._proc = None
 
     def __getstate__(self) -> dict[str, Any]:  # a copied environment starts its own child
-        return {"timeout": self.timeout, "_proc": None}
+        return {"timeout": self.timeout, "clock": self.clock, "_proc": None}
 
     def __del__(self) -> None:
         try:

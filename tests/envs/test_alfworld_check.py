@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import json
 import random
+import signal
+import subprocess
+import sys
+import threading
 
 import pytest
 
 from genenv_pl.envs.alfworld import ALFWorldEnv, _is_valid_step
 from genenv_pl.envs.alfworld_check import Engine, check_step, ground_step
+from genenv_pl.envs.alfworld_game import list_games
 from genenv_pl.envs.base import ConfigError, InvalidTask, Task
 from test_alfworld import needs_engine
 
@@ -71,7 +76,7 @@ def test_ground_step_plays_the_commands_and_takes_the_planners_gold(env: ALFWorl
 
 
 def test_engine_runs_in_a_child_and_a_stalled_call_costs_one_step(env: ALFWorldEnv, seeds: list[Task]) -> None:
-    engine = Engine(timeout=60)
+    engine = Engine(timeout=60, clock="wall")
     seed = seeds[1]
     assert engine.check_step(_path(env, seed), seed.data)["gold_valid"] == 1.0
     engine.timeout = 1e-4  # no game plays this fast: the call is cut off and the child killed
@@ -120,6 +125,43 @@ def test_free_form_steps_are_measured_when_asked(data_root: str, env: ALFWorldEn
     assert "checks" not in unchecked.parse_task(json.dumps(seed.data), seed).meta
     with pytest.raises(ConfigError, match="simulator_writes"):
         ALFWorldEnv(data_root=data_root, simulator_writes="whole games")
+    with pytest.raises(ConfigError, match="engine_clock"):
+        ALFWorldEnv(data_root=data_root, engine_clock="sundial")
+
+
+# The planner needs about 13 s of CPU from this game's first state (measured here): a call on it that
+# is limited to one second is certain to run past the limit, wherever the machine's load is.
+SLOW_GAME = "valid_seen/pick_heat_then_place_in_recep-Tomato-None-Fridge-24/trial_T20190908_033721_967359"
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXCPU"), reason="CPU-time limits are POSIX")
+def test_the_kernel_ends_a_process_past_its_cpu_limit() -> None:
+    # the default action of SIGXCPU runs no Python code, so it ends the planner's C++ search as it ends this loop
+    code = ("from genenv_pl.envs.alfworld_check import limit_cpu; import signal; "
+            "signal.signal(signal.SIGXCPU, signal.SIG_DFL); limit_cpu(0.5)\nwhile True: pass")
+    proc = subprocess.run([sys.executable, "-c", code], timeout=120)
+    assert proc.returncode == -signal.SIGXCPU
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXCPU"), reason="CPU-time limits are POSIX")
+def test_engine_limits_cpu_time_and_names_a_killed_child(data_root: str, env: ALFWorldEnv) -> None:
+    path = next(g.path for g in list_games(env.root, ["valid_seen"]) if g.key == SLOW_GAME)
+    engine = Engine(timeout=1)  # CPU time, the default
+    assert engine.clock == "cpu"
+    with pytest.raises(InvalidTask) as e:
+        engine.ground_step(path, [])
+    assert e.value.reason == "engine_timeout" and "CPU time" in str(e.value)
+    # a child that dies some other way (the OOM killer, say) costs the step too, under its own name
+    engine.timeout = 60
+    engine._start()
+    killer = threading.Timer(1.0, engine._proc.kill)
+    killer.start()
+    with pytest.raises(InvalidTask) as e:
+        engine.ground_step(path, [])
+    killer.join()
+    assert e.value.reason == "engine_crash" and str(-signal.SIGKILL) in str(e.value)
+    with pytest.raises(ValueError, match="clock"):
+        Engine(clock="sundial")
 
 
 def test_sampled_detours_stay_in_the_room(env: ALFWorldEnv, seeds: list[Task]) -> None:
