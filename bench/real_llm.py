@@ -332,6 +332,12 @@ def paired(a: dict, b: dict) -> dict:
             "a": sum(a[k][0] for k in keys) / n, "b": sum(b[k][0] for k in keys) / n}
 
 
+def seed_se(diffs: Sequence[float]) -> float:
+    """The standard error of a mean over seeds, from the seeds' spread (NaN for one seed). With 2-3 seeds
+    it is itself rough, but unlike the items' SE it counts how much a whole fit varies with its seed."""
+    return statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+
+
 def item_files(study: Study, args, kind: str = "items") -> dict[str, dict]:
     """The kept per-item scores of one kind (`items`: greedy; `sampled`: mean of k samples), by stage
     (`warm_start`, then each finished fit's final agent)."""
@@ -380,22 +386,25 @@ def _pooled_over_seeds(items: dict[str, dict], warm: dict, against_warm: dict, p
     variants = by_variant(items)
     if all(len(stages) < 2 for stages in variants.values()):
         return []
-    lines = ["", "Each variant over its scored seeds (an item's score is its mean over the seeds; the SE counts the "
-             "items' spread only, the per-seed column shows the seeds'):", "",
-             "| variant | seeds | accuracy | minus warm start | SE | per seed |", "|---|---|---|---|---|---|"]
+    lines = ["", "Each variant over its scored seeds (an item's score is its mean over the seeds). SE (items): the "
+             "items' spread; SE (seeds): the per-seed differences' spread:", "",
+             "| variant | seeds | accuracy | minus warm start | SE (items) | SE (seeds) | per seed |",
+             "|---|---|---|---|---|---|---|"]
     for variant, stages in variants.items():
         keys = set.intersection(*(set(items[s]) for s in stages))
         pr = paired(seed_mean(items, stages, keys), warm)
-        pooled[variant] = pr | {"seeds": [_variant_seed(s)[1] for s in stages]}
-        per_seed = ", ".join(f"{against_warm[f'{s} - warm_start']['diff']:+.3f}" for s in stages)
-        lines.append(f"| {variant} | {len(stages)} | {pr['a']:.3f} | {pr['diff']:+.3f} | {pr['se']:.3f} | {per_seed} |")
+        diffs = [against_warm[f"{s} - warm_start"]["diff"] for s in stages]
+        pooled[variant] = pr | {"seeds": [_variant_seed(s)[1] for s in stages], "se_seeds": seed_se(diffs)}
+        per_seed = ", ".join(f"{d:+.3f}" for d in diffs)
+        lines.append(f"| {variant} | {len(stages)} | {pr['a']:.3f} | {pr['diff']:+.3f} | {pr['se']:.3f} | "
+                     f"{pooled[variant]['se_seeds']:.3f} | {per_seed} |")
     return lines
 
 
 def _genenv_minus_pooled(items: dict[str, dict], same_seed: dict, pooled: dict) -> list[str]:
     """Markdown: genenv minus each baseline over the seeds both have scored, each item's difference
     averaged over those seeds (the same-seed pairs of `same_seed`, pooled). As in `_pooled_over_seeds`,
-    the SE counts the items' spread only; the per-seed column shows the seeds'."""
+    with the SE of the items' spread and of the seeds'."""
     seeds_of: dict[str, set[str]] = {}
     for stage in items:
         variant, seed = _variant_seed(stage)
@@ -406,16 +415,18 @@ def _genenv_minus_pooled(items: dict[str, dict], same_seed: dict, pooled: dict) 
     if not shared:
         return []
     lines = ["", "genenv minus each baseline over the seeds both have (an item's difference is its mean over those "
-             "seeds; SE: the items' spread only):", "",
-             "| genenv minus | seeds | difference | SE | per seed |", "|---|---|---|---|---|"]
+             "seeds). SE (items): the items' spread; SE (seeds): the per-seed differences' spread:", "",
+             "| genenv minus | seeds | difference | SE (items) | SE (seeds) | per seed |", "|---|---|---|---|---|---|"]
     for baseline, seeds in shared.items():
         g, b = ([f"{v}_s{s}" for s in seeds] for v in ("genenv", baseline))
         keys = set.intersection(*(set(items[s]) for s in g + b))
         mean_g, mean_b = (seed_mean(items, stages, keys) for stages in (g, b))
         pr = paired(mean_g, mean_b)
-        pooled[baseline] = pr | {"seeds": seeds}
-        per_seed = ", ".join(f"{same_seed[f'{x} - {y}']['diff']:+.3f}" for x, y in zip(g, b))
-        lines.append(f"| {baseline} | {len(seeds)} | {pr['diff']:+.3f} | {pr['se']:.3f} | {per_seed} |")
+        diffs = [same_seed[f"{x} - {y}"]["diff"] for x, y in zip(g, b)]
+        pooled[baseline] = pr | {"seeds": seeds, "se_seeds": seed_se(diffs)}
+        per_seed = ", ".join(f"{d:+.3f}" for d in diffs)
+        lines.append(f"| {baseline} | {len(seeds)} | {pr['diff']:+.3f} | {pr['se']:.3f} | {pooled[baseline]['se_seeds']:.3f} "
+                     f"| {per_seed} |")
     return lines
 
 

@@ -28,17 +28,19 @@ def test_genenv_paired_only_at_the_same_seed(stages, want_pairs):
     assert sorted(k for k in result["paired"] if not k.endswith("warm_start")) == want_pairs
 
 
-@pytest.mark.parametrize("seeds, want_diff, want_per_seed", [
-    # seed 0 gains b, seed 1 loses d: item means b 0.5, d 0.5 -> pooled difference 0
-    ([("a", "b", "d"), ("a",)], 0.0, "+0.250, -0.250"),
-    ([("a", "b", "d"), ("a", "b", "c", "d")], 0.375, "+0.250, +0.500"),
+@pytest.mark.parametrize("seeds, want_diff, want_se_seeds, want_per_seed", [
+    # seed 0 gains b, seed 1 loses d: item means b 0.5, d 0.5 -> pooled difference 0, but the seeds
+    # disagree by 0.5: SE over seeds stdev(+0.25, -0.25) / sqrt(2) = 0.25
+    ([("a", "b", "d"), ("a",)], 0.0, 0.25, "+0.250, -0.250"),
+    ([("a", "b", "d"), ("a", "b", "c", "d")], 0.375, 0.125, "+0.250, +0.500"),
 ])
-def test_seeds_pooled_item_by_item(seeds, want_diff, want_per_seed):
+def test_seeds_pooled_item_by_item(seeds, want_diff, want_se_seeds, want_per_seed):
     result: dict = {}
     lines = study.paired_lines({"warm_start": WARM} | {f"static_s{i}": _run(*r) for i, r in enumerate(seeds)}, result)
     pooled = result["paired_by_variant"]["static"]
     assert pooled["diff"] == pytest.approx(want_diff) and pooled["seeds"] == ["0", "1"] and pooled["n"] == 4
-    assert lines[-1].startswith("| static | 2 |") and lines[-1].endswith(f"| {want_per_seed} |")
+    assert pooled["se_seeds"] == pytest.approx(want_se_seeds)
+    assert lines[-1].startswith("| static | 2 |") and lines[-1].endswith(f"| {want_se_seeds:.3f} | {want_per_seed} |")
 
 
 def test_no_pooled_table_while_every_variant_has_one_seed():
@@ -62,5 +64,17 @@ def test_genenv_minus_baseline_pooled_over_shared_seeds(stages, want):
     pooled = result["paired_genenv_minus_pooled"]
     assert sorted(pooled) == sorted(want)
     for baseline, (diff, seeds, per_seed) in want.items():
-        assert pooled[baseline]["diff"] == pytest.approx(diff) and pooled[baseline]["seeds"] == seeds
-        assert f"| {baseline} | {len(seeds)} | {diff:+.3f} | {pooled[baseline]['se']:.3f} | {per_seed} |" in lines
+        p = pooled[baseline]
+        assert p["diff"] == pytest.approx(diff) and p["seeds"] == seeds
+        assert p["se_seeds"] == pytest.approx(study.real_llm.seed_se([float(d) for d in per_seed.split(", ")]))
+        assert f"| {baseline} | {len(seeds)} | {diff:+.3f} | {p['se']:.3f} | {p['se_seeds']:.3f} | {per_seed} |" in lines
+
+
+@pytest.mark.parametrize("diffs, want", [
+    ([0.1], float("nan")),  # one seed says nothing about the seeds' spread
+    ([0.1, 0.1], 0.0),
+    ([0.124, -0.030], 0.077),
+    ([0.012, -0.032, 0.005], 0.0136),
+])
+def test_seed_se(diffs, want):
+    assert study.real_llm.seed_se(diffs) == pytest.approx(want, abs=5e-4, nan_ok=True)
