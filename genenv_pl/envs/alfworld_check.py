@@ -146,9 +146,10 @@ except ImportError:  # not POSIX (Windows): only the wall clock can limit a call
 
 
 def limit_cpu(seconds: float | None) -> None:
-    """Let this process use about `seconds` more CPU time (None: no limit), rounded up to the kernel's
-    whole seconds. Past it the kernel sends SIGXCPU, whose default action ends the process wherever it
-    is: the planner's search runs in C++ and never returns to Python, where a Python timer could stop it."""
+    """Let this process use `seconds` more CPU time, up to one second more (the kernel's limit is in whole
+    seconds); None: no limit. Past it the kernel sends SIGXCPU, whose default action ends the process
+    wherever it is. A Python timer would not do: its handler runs only once the planner's C++ search
+    returns to Python."""
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     soft = resource.RLIM_INFINITY if seconds is None else math.ceil(sum(os.times()[:2]) + seconds)
     if hard != resource.RLIM_INFINITY:
