@@ -212,10 +212,9 @@ class Engine:
     def _call(self, name: str, *args: Any) -> Any:
         if self._proc is None or self._proc.poll() is not None:
             self._start()
-        cpu = self.clock == "cpu"
-        self._proc.stdin.write(json.dumps([name, list(args), self.timeout if cpu else None]) + "\n")
+        self._proc.stdin.write(json.dumps([name, list(args), self.timeout if self.clock == "cpu" else None]) + "\n")
         self._proc.stdin.flush()
-        reply = self._reply(self.timeout * (WALL_BACKSTOP if cpu else 1))
+        reply = self._reply(self._wall_limit)
         if not reply:
             self._raise_no_reply(ended=reply == [])
         if reply[0] == "ok":
@@ -224,6 +223,11 @@ class Engine:
             raise InvalidTask(reply[1], reply[2])
         raise RuntimeError(f"alfworld engine: {reply[1]}: {reply[2]}")
 
+    @property
+    def _wall_limit(self) -> float:
+        """Seconds a call may take on the wall clock: the limit itself, or the CPU clock's backstop."""
+        return self.timeout * (WALL_BACKSTOP if self.clock == "cpu" else 1)
+
     def _raise_no_reply(self, ended: bool) -> None:
         code = self._proc.wait() if ended else None  # a child that closed its replies has ended
         self.close()
@@ -231,8 +235,7 @@ class Engine:
         if sigxcpu is not None and code == -sigxcpu:
             raise InvalidTask("engine_timeout", f"the engine took over {self.timeout:g} s of CPU time")
         if code is None:
-            wall = self.timeout * (WALL_BACKSTOP if self.clock == "cpu" else 1)
-            raise InvalidTask("engine_timeout", f"the engine took over {wall:g} s")
+            raise InvalidTask("engine_timeout", f"the engine took over {self._wall_limit:g} s")
         raise InvalidTask("engine_crash", f"the engine's process ended (exit {code})")
 
     def _reply(self, timeout: float) -> list | None:
