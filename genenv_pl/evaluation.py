@@ -50,10 +50,38 @@ def answer(env: Environment, backend: GenerationBackend, agent: Policy, tasks: l
     return rows
 
 
-def act(backend: GenerationBackend, agent: Policy, conversations: list[list[dict[str, str]]], max_new_tokens: int) -> list[str]:
-    """The agent as an interactive player: greedy text for one turn of each conversation."""
+def act(backend: GenerationBackend, agent: Policy, conversations: list[list[dict[str, str]]], max_new_tokens: int,
+        max_padding: float = 0.25) -> list[str]:
+    """The agent as an interactive player: greedy text for one turn of each conversation.
+
+    A backend that pads a batch to its longest prompt (`pads_batches`) gets the prompts in groups of
+    similar length (`length_buckets`): games in lockstep drift apart in length (an ALFWorld history grows
+    by each command's observation), and in one padded call every row pays the longest row's prefill,
+    whose attention grows with the square of its length."""
     params = SamplingParams(max_new_tokens=max_new_tokens, greedy=True, logprobs=False)
-    return [g[0].text for g in backend.generate(agent, [agent.render(m) for m in conversations], params)]
+    prompts = [agent.render(m) for m in conversations]
+    if not backend.pads_batches:
+        return [g[0].text for g in backend.generate(agent, prompts, params)]
+    replies = [""] * len(prompts)
+    for group in length_buckets([len(ids) for ids in agent.encode(prompts)], max_padding):
+        for i, g in zip(group, backend.generate(agent, [prompts[i] for i in group], params)):
+            replies[i] = g[0].text
+    return replies
+
+
+def length_buckets(lengths: list[int], max_padding: float) -> list[list[int]]:
+    """Indices of `lengths` in groups, shortest first, such that padding a group to its longest member
+    adds at most `max_padding` times the group's own tokens."""
+    groups: list[list[int]] = []
+    total = 0
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if groups and (len(groups[-1]) + 1) * lengths[i] <= (1 + max_padding) * (total + lengths[i]):
+            groups[-1].append(i)
+            total += lengths[i]
+        else:
+            groups.append([i])
+            total = lengths[i]
+    return groups
 
 
 def score(env: Environment, task: Task, text: str) -> dict[str, float]:

@@ -41,6 +41,10 @@ class Generation:
 
 
 class GenerationBackend(ABC):
+    pads_batches: bool = False
+    """Whether one `generate` call pads its prompts to the longest (HF `generate`), so that callers with
+    prompts of very different lengths do better to call it per group of similar length; vLLM does not pad."""
+
     @abstractmethod
     def generate(self, policy: Policy, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
         """For each prompt, `params.n` generations (outer list aligned with `prompts`)."""

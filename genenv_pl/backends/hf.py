@@ -11,6 +11,8 @@ from genenv_pl.shared_prefix import cache_kwarg
 
 
 class HFBackend(GenerationBackend):
+    pads_batches = True  # left padding to the longest prompt of a chunk (`_generate_chunk`)
+
     def __init__(self, max_batch_size: int = 512, merge_lora: bool = True, cache: str = "auto",
                  share_prefill: bool = True, compile: bool = False):
         """
