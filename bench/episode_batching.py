@@ -50,10 +50,16 @@ def parse_args(argv=None):
     p.add_argument("--cache-ab", action="store_true",
                    help="instead: the games in lockstep with the HF backend's dynamic KV cache (before) and static one "
                         "(now); writes bench/results/episode_cache.md unless --out is given")
+    p.add_argument("--padding-ab", type=int, default=0, metavar="DEPTH",
+                   help="instead: one round of the games in lockstep, game i first played for about i/N x DEPTH random "
+                        "admissible commands (histories of different lengths, as late in a 50-command episode): the "
+                        "prompts in one padded generate call (before) and in groups of similar length (`act`, now), "
+                        "under bf16 autocast as configs/cpu/alfworld.yaml; writes bench/results/episode_padding.md")
     p.add_argument("--out", default=None, help="Markdown ('' to skip; default bench/results/episode_batching.md)")
     args = p.parse_args(argv)
     if args.out is None:
-        args.out = str(ROOT / "bench" / "results" / ("episode_cache.md" if args.cache_ab else "episode_batching.md"))
+        name = "episode_cache.md" if args.cache_ab else "episode_padding.md" if args.padding_ab else "episode_batching.md"
+        args.out = str(ROOT / "bench" / "results" / name)
     return args
 
 
@@ -103,6 +109,8 @@ def main(argv=None) -> None:
         policy, label = load_policy(args.model, env, tmp)
         if args.cache_ab:
             return cache_ab(args, env, games, policy, label)
+        if args.padding_ab:
+            return padding_ab(args, env, games, policy, label)
         runs = []
         for b in (1, len(games)):
             print(f"[episode_batching] {len(games)} games x {args.steps} steps, batch size {b} ...", flush=True)
@@ -161,6 +169,55 @@ def cache_ab(args, env: ALFWorldEnv, games, policy: Policy, label: str) -> None:
     lines += ["", f"Static over dynamic: {dyn['cpu'] / sta['cpu']:.2f}x CPU time per episode run, {dyn['wall'] / sta['wall']:.2f}x "
               f"wall. Same action in {same} of {dyn['steps']} steps. Command: `python bench/episode_batching.py "
               f"{' '.join(sys.argv[1:])}`."]
+    write("\n".join(lines) + "\n", args.out)
+
+
+def padding_ab(args, env: ALFWorldEnv, games, policy: Policy, label: str) -> None:
+    """One lockstep round at histories of different lengths: the prompts in one padded `generate` call (as
+    `act` sent them before) against `act`, which sends a padding backend groups of similar length."""
+    import random
+
+    from genenv_pl.envs.alfworld_game import _start
+    from genenv_pl.evaluation import act, length_buckets
+
+    rng = random.Random(0)
+    playing = [_start(g) for g in games]
+    try:
+        for i, p in enumerate(playing):  # game i: about i / (N - 1) of DEPTH commands, picked at random
+            for _ in range(round(i * args.padding_ab / max(1, len(playing) - 1))):
+                p.step(f"<response>{rng.choice(list(p.state['admissible_commands']))}</response>")
+        conversations = [p.prompt(env.history_window) for p in playing]
+    finally:
+        for p in playing:
+            p.env.close()
+    lengths = [len(ids) for ids in policy.encode([policy.render(c) for c in conversations])]
+    backend, params = HFBackend(), SamplingParams(max_new_tokens=args.max_new_tokens, greedy=True)
+    runs = {}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for name, play_round in (("one padded call", lambda: [g[0].text for g in backend.generate(
+                                     policy, [policy.render(c) for c in conversations], params)]),
+                                 ("groups of similar length", lambda: act(backend, policy, conversations,
+                                                                         args.max_new_tokens))):
+            print(f"[episode_batching] {len(games)} prompts of {min(lengths)}-{max(lengths)} tokens, {name} ...", flush=True)
+            t0, c0 = time.perf_counter(), time.process_time()
+            replies = play_round()
+            runs[name] = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "replies": replies}
+    before, after = runs.values()
+    groups = length_buckets(lengths, 0.25)
+    lines = [
+        "# ALFWorld episodes in lockstep: one padded call vs groups of similar length", "",
+        f"{label} under bf16 autocast, HF backend, greedy, {args.max_new_tokens} new tokens at most per reply, "
+        f"{args.threads} torch thread(s); {len(games)} evaluation games (stratified over task type and split), game i "
+        f"first played for about i/{len(games) - 1} x {args.padding_ab} random admissible commands, then one round: "
+        f"prompts of {min(lengths)} to {max(lengths)} tokens (sum {sum(lengths)}; padded to the longest: "
+        f"{len(lengths) * max(lengths)}). {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}.", "",
+        "| prompts sent as | generate calls | wall s | CPU s |", "|---|---|---|---|",
+        f"| one padded call (before) | 1 | {before['wall']:.1f} | {before['cpu']:.1f} |",
+        f"| groups of similar length (`act`, now) | {len(groups)} | {after['wall']:.1f} | {after['cpu']:.1f} |", "",
+        f"Groups over one padded call: {before['cpu'] / after['cpu']:.2f}x CPU time, {before['wall'] / after['wall']:.2f}x "
+        f"wall. Same reply in {sum(a == b for a, b in zip(before['replies'], after['replies']))} of {len(lengths)} "
+        f"games (left padding can flip a near-tie). Command: `python bench/episode_batching.py {' '.join(sys.argv[1:])}`.",
+    ]
     write("\n".join(lines) + "\n", args.out)
 
 
