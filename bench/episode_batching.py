@@ -178,7 +178,7 @@ def padding_ab(args, env: ALFWorldEnv, games, policy: Policy, label: str) -> Non
     import random
 
     from genenv_pl.envs.alfworld_game import _start
-    from genenv_pl.evaluation import act, length_buckets
+    from genenv_pl.evaluation import ACT_MAX_PADDING, act, length_buckets
 
     rng = random.Random(0)
     playing = [_start(g) for g in games]
@@ -190,12 +190,12 @@ def padding_ab(args, env: ALFWorldEnv, games, policy: Policy, label: str) -> Non
     finally:
         for p in playing:
             p.env.close()
-    lengths = [len(ids) for ids in policy.encode([policy.render(c) for c in conversations])]
+    prompts = [policy.render(c) for c in conversations]
+    lengths = [len(ids) for ids in policy.encode(prompts)]
     backend, params = HFBackend(), SamplingParams(max_new_tokens=args.max_new_tokens, greedy=True)
     runs = {}
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        for name, play_round in (("one padded call", lambda: [g[0].text for g in backend.generate(
-                                     policy, [policy.render(c) for c in conversations], params)]),
+        for name, play_round in (("one padded call", lambda: [g[0].text for g in backend.generate(policy, prompts, params)]),
                                  ("groups of similar length", lambda: act(backend, policy, conversations,
                                                                          args.max_new_tokens))):
             print(f"[episode_batching] {len(games)} prompts of {min(lengths)}-{max(lengths)} tokens, {name} ...", flush=True)
@@ -203,7 +203,7 @@ def padding_ab(args, env: ALFWorldEnv, games, policy: Policy, label: str) -> Non
             replies = play_round()
             runs[name] = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "replies": replies}
     before, after = runs.values()
-    groups = length_buckets(lengths, 0.25)
+    groups = length_buckets(lengths, ACT_MAX_PADDING)
     lines = [
         "# ALFWorld episodes in lockstep: one padded call vs groups of similar length", "",
         f"{label} under bf16 autocast, HF backend, greedy, {args.max_new_tokens} new tokens at most per reply, "

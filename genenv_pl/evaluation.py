@@ -50,8 +50,12 @@ def answer(env: Environment, backend: GenerationBackend, agent: Policy, tasks: l
     return rows
 
 
+ACT_MAX_PADDING = 0.25
+"""`act`'s bound on the padding a group of prompts may add, as a share of the group's own tokens."""
+
+
 def act(backend: GenerationBackend, agent: Policy, conversations: list[list[dict[str, str]]], max_new_tokens: int,
-        max_padding: float = 0.25) -> list[str]:
+        max_padding: float = ACT_MAX_PADDING) -> list[str]:
     """The agent as an interactive player: greedy text for one turn of each conversation.
 
     A backend that pads a batch to its longest prompt (`pads_batches`) gets the prompts in groups of

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from genenv_pl.backends.hf import HFBackend
-from genenv_pl.evaluation import act, length_buckets
+from genenv_pl.evaluation import ACT_MAX_PADDING, act, length_buckets
 from test_hf_cache import _policy
 
 
@@ -42,7 +42,7 @@ def test_act_groups_prompts_by_length_and_answers_each_as_on_its_own():
     replies = act(backend, policy, conversations, max_new_tokens=12)
     prompts = [policy.render(c) for c in conversations]
     lengths = [len(ids) for ids in policy.encode(prompts)]
-    assert [[prompts.index(p) for p in call] for call in backend.calls] == length_buckets(lengths, 0.25)
+    assert [[prompts.index(p) for p in call] for call in backend.calls] == length_buckets(lengths, ACT_MAX_PADDING)
     assert len(backend.calls) == 2  # the two short prompts together, the two long ones together
     alone = [act(HFBackend(), policy, [c], max_new_tokens=12)[0] for c in conversations]
     assert replies == alone and any(replies)
