@@ -71,18 +71,17 @@ class RunSummary(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._unpatch()  # (a run of no epoch never reached on_train_epoch_start)
 
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.sanity_checking or trainer.state.fn != "fit":
-            return
-        self.val.append((trainer.current_epoch, _prefixed(trainer.callback_metrics, "val/")))
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Here, not in on_validation_epoch_end: callbacks run that hook before the module's, where the module
+        # logs val/* (from every rank's rows, gathered), and callback_metrics have them only after it.
+        if trainer.state.fn == "validate":
+            rank_zero_info("\n".join(self.eval_lines(trainer, "validate", "val/")))
+        elif not trainer.sanity_checking:
+            self.val.append((trainer.current_epoch, _prefixed(trainer.callback_metrics, "val/")))
 
     # ---- printing --------------------------------------------------------------------------
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         rank_zero_info("\n".join(self.fit_lines(trainer)))
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.state.fn == "validate":
-            rank_zero_info("\n".join(self.eval_lines(trainer, "validate", "val/")))
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         rank_zero_info("\n".join(self.eval_lines(trainer, "test", "eval/")))

@@ -21,6 +21,7 @@ class SeedBatch:
     seed: Task
     prompt: str
     generations: list[Generation]
+    position: int = 0  # of the seed in the epoch's whole list of seeds (every rank's), which orders the batches
     tasks: list[Task] = field(default_factory=list)  # valid, de-duplicated
     task_generations: list[Generation] = field(default_factory=list)  # aligned with tasks
     invalid: Counter = field(default_factory=Counter)  # reason -> count
@@ -46,6 +47,7 @@ class Group:
     rollouts: list[Generation]
     rewards: list[float]
     successes: list[bool]
+    order: int = 0  # of the task in the epoch's whole work list (every rank's), which orders the groups
 
 
 def generate_tasks(
@@ -109,9 +111,12 @@ def rollout(
     progress: Progress | None = None,
     max_seq_len: int | None = None,
 ) -> list[Group]:
-    """Steps 2-3: G rollouts per task and their rewards. `tasks` holds (task, source, seed_index).
+    """Steps 2-3: G rollouts per task and their rewards. `tasks` holds (task, source, seed_index) or
+    (task, source, seed_index, order), order being the task's place in the epoch's whole work list (default:
+    its index in `tasks`).
     A task whose prompt leaves less than `max_new_tokens` of `max_seq_len` is skipped: no group."""
-    prompts = [agent.render(env.agent_prompt(t)) for t, _, _ in tasks]
+    tasks = [(t[0], t[1], t[2], t[3] if len(t) > 3 else i) for i, t in enumerate(tasks)]
+    prompts = [agent.render(env.agent_prompt(t)) for t, _, _, _ in tasks]
     fits = _fits(agent, prompts, params.max_new_tokens, max_seq_len)
     tasks = [t for t, ok in zip(tasks, fits) if ok]
     prompts = [p for p, ok in zip(prompts, fits) if ok]
@@ -121,9 +126,10 @@ def rollout(
     if progress:
         progress("rollout", len(prompts), len(prompts))
     groups = []
-    for (task, source, seed_index), outs in zip(tasks, gens):
+    for (task, source, seed_index, order), outs in zip(tasks, gens):
         rewards = [_safe_reward(env, task, g.text) for g in outs]
-        groups.append(Group(task, source, seed_index, outs, rewards, [r >= env.success_threshold for r in rewards]))
+        groups.append(Group(task, source, seed_index, outs, rewards, [r >= env.success_threshold for r in rewards],
+                            order))
     return groups
 
 

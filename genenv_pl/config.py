@@ -92,7 +92,8 @@ class CoevoConfig:
     """One co-evolution epoch: seeds -> K variations -> G rollouts each -> updates."""
 
     seeds_per_epoch: int = 64
-    """Seed tasks the simulator writes variations of each epoch (per rank)."""
+    """Seed tasks the simulator writes variations of each epoch, in all: with several ranks each writes for
+    its share of them (so the epoch is the same whatever the number of ranks)."""
     num_generations_per_prompt: int = 4
     """K: simulator variations per seed. Paper: 4."""
     group_size: int = 8
@@ -109,9 +110,11 @@ class CoevoConfig:
     comparing them at unequal training data; this compares them at equal data. None: stop by epochs
     only (trainer.max_epochs, which still bounds a budgeted run)."""
     agent_batch_size: int = 64
-    """Tasks (groups of G rollouts) per agent optimizer step, per rank. Paper: 64 in all."""
+    """Tasks (groups of G rollouts) per agent optimizer step, in all (the global batch): with several ranks,
+    each packs the groups of the step that it rolled out, about agent_batch_size / world size, and the
+    gradient is the one of the whole batch. Paper: 64. Memory per pass: `grpo.micro_batch_size`."""
     sim_batch_size: int = 256
-    """Simulator samples per simulator optimizer step, per rank."""
+    """Simulator samples per simulator optimizer step, in all (the global batch), as agent_batch_size."""
     drop_zero_std_groups: bool = False
     """Skip groups with equal rewards (no advantage; saves compute)."""
     success_ema: float = 0.5

@@ -10,6 +10,7 @@ that were kept, and a checkpoint knows whether its epoch's steps all ran.
 """
 from __future__ import annotations
 
+import os
 import random
 from typing import Any
 
@@ -22,7 +23,9 @@ from genenv_pl.coevo import Group, generate_tasks, rollout  # module-level: test
 from genenv_pl.config import CoevoConfig
 from genenv_pl.envs import Environment, Task, make_env
 from genenv_pl.envs.base import ConfigError
-from genenv_pl.epoch import (Curriculum, EpochState, Learner, RoundStats, SimSample, build_steps,
+from genenv_pl.evaluation import EvalBatches, eval_batches
+from genenv_pl.distributed import RankSync
+from genenv_pl.epoch import (Curriculum, EpochState, Learner, RoundStats, SimSample, build_steps, epoch_shape,
                              run_epoch)
 from genenv_pl.offline import offline_summary
 from genenv_pl.pools import Pools
@@ -31,13 +34,9 @@ from genenv_pl.seam import RankSeam
 __all__ = ["GenEnvDataModule", "RoundStats"]
 
 
-def _collate_tasks(items: list[dict]) -> list[Task]:
-    return [Task.from_dict(d) for d in items]
-
-
 class GenEnvDataModule(L.LightningDataModule):
     def __init__(self, env: str = "arithmetic", env_args: dict[str, Any] | None = None,
-                 coevo: CoevoConfig = CoevoConfig(), seed: int = 0):
+                 coevo: CoevoConfig = CoevoConfig(), seed: int | None = None):
         """
         Args:
             env: a registered environment name (see genenv_pl/envs/__init__.py), or an Environment subclass
@@ -45,7 +44,10 @@ class GenEnvDataModule(L.LightningDataModule):
             env_args: constructor arguments of that environment (data_root, splits, ...): the Args of
                 its class's docstring, e.g. `BFCLEnv` in genenv_pl/envs/bfcl.py.
             coevo: sizes of one co-evolution epoch and sampling settings.
-            seed: seeds the choice of seed tasks, replay and step order.
+            seed: seeds what an epoch draws: seed tasks, replay, step order and sampling noise. None (default):
+                the run's `seed_everything`, so that one seed decides the whole run (0 without one). The
+                policies' own `seed` (initialisation, warm start) stays as configured: every run seed
+                starts from the same, cached, warm start.
         """
         super().__init__()
         self.env: Environment = make_env(env, **(env_args or {}))
@@ -54,8 +56,8 @@ class GenEnvDataModule(L.LightningDataModule):
             raise ValueError(f"data.coevo.agent_task_budget: agent training tasks to stop after, at least 1 "
                              f"(or null for no budget); got {self.cfg.agent_task_budget}")
         _check_offline(self.cfg)
-        self.seed = seed
-        self.rng = random.Random(seed)
+        self.seed = seed if seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))  # (seed_everything's)
+        self.rng = random.Random(self.seed)
         self.pools = Pools()
         self.success_rates: dict[str, float] = {}  # seed id -> EMA of p_hat of its variations
         self.last_round: RoundStats | None = None
@@ -87,6 +89,7 @@ class GenEnvDataModule(L.LightningDataModule):
                               f"in train_dataloader() and needs 1 (otherwise every epoch replays epoch 0's rollouts "
                               f"with their stale log-probs)")
         self.learner = learner
+        rank_zero_info(epoch_shape(self.cfg, self.trainer.world_size, learner.grpo_iterations, learner.env_replay))
 
     # ---- Lightning data hooks -----------------------------------------------------------
     def train_dataloader(self) -> DataLoader:
@@ -142,10 +145,10 @@ class GenEnvDataModule(L.LightningDataModule):
         return self.cfg.agent_task_budget is not None and self.tasks_seen >= self.cfg.agent_task_budget
 
     def val_dataloader(self) -> DataLoader:
-        return self._task_loader(self.eval_tasks())
+        return self._eval_loader()
 
     def test_dataloader(self) -> DataLoader:
-        return self._task_loader(self.eval_tasks())
+        return self._eval_loader()
 
     def eval_tasks(self) -> list[Task]:
         """The environment's held-out tasks, optionally capped per group (in the environment's order)."""
@@ -160,13 +163,16 @@ class GenEnvDataModule(L.LightningDataModule):
                 kept.append(t)
         return kept
 
-    def _task_loader(self, tasks: list[Task]) -> DataLoader:
-        # Similar prompt lengths share a batch: left padding to the longest prompt is wasted compute
-        # (a 5K-token prompt next to 300-token ones costs 16x on a CPU). Results are per task, so
-        # the order does not matter.
-        tasks = sorted(tasks, key=lambda t: sum(len(m["content"]) for m in self.env.agent_prompt(t)))
-        return DataLoader([t.to_dict() for t in tasks], batch_size=self.cfg.eval_batch_size, shuffle=False,
-                          collate_fn=_collate_tasks)
+    def _eval_loader(self) -> DataLoader:
+        """This rank's evaluation batches. The batches are cut from the whole held-out set the same way
+        whatever the number of ranks (`eval_batches`), and dealt to the ranks whole: every task is answered
+        once, in the batch it would have on one rank, so N ranks give the one-rank answers (Lightning's
+        DistributedSampler would pad the set with repeats and regroup it)."""
+        batches = eval_batches(self.eval_tasks(), self.cfg.eval_batch_size,
+                               lambda t: sum(len(m["content"]) for m in self.env.agent_prompt(t)))
+        sync = RankSync(self.trainer)
+        return DataLoader(EvalBatches(batches[sync.rank :: sync.world] if sync.distributed else batches,
+                                      sync.rank, sync.world if sync.distributed else 1), batch_size=None)
 
     def _build_steps(self, groups: list[Group], sim_samples: list[SimSample], agent_pad: int, sim_pad: int,
                      advantages, rng: random.Random | None = None, iterations: int = 1, old_logprobs=None):

@@ -79,6 +79,13 @@ class RankSync:
         t = torch.tensor(float(value), dtype=torch.float64, device=strategy.root_device)
         return float(strategy.reduce(t, reduce_op="sum"))
 
+    def sums(self, values: list[float]) -> list[float]:
+        """Several numbers, each summed over ranks, in one all-reduce (float64, as `sum`)."""
+        if not self.distributed:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self.trainer.strategy.root_device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
+        return t.tolist()
 
     def max(self, value: float) -> float:
         """Largest value of a number over ranks (a small all-reduce)."""

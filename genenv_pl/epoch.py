@@ -113,6 +113,7 @@ class SimSample:
     generation: Any
     p_hat: float
     r_env: float
+    key: tuple = ()  # the same on every rank: ("fresh", seed position, task index) or ("replay", index)
 
 
 def run_epoch(env: Environment, cfg: CoevoConfig, learner: Learner, curriculum: Curriculum, seam: RankSeam,
@@ -123,41 +124,85 @@ def run_epoch(env: Environment, cfg: CoevoConfig, learner: Learner, curriculum: 
     sim_params, agent_params = _sampling(cfg, learner)
     seeds_all, static, offline = env.seed_tasks(), state.static_tasks, state.offline_stats
     if cfg.variant == "static" and static is None:  # a fixed set, written once by the initial simulator
-        written = _generate(env, learner, seam, seeds_all, {}, sim_params, generate, progress, cfg.max_seq_len)
-        static = [t.to_dict() for t in seam.gather_tasks([t for b in written for t in b.tasks])]
+        written, _ = _generate(env, learner, seam, seeds_all, {}, sim_params, generate, progress, cfg.max_seq_len)
+        static = [t.to_dict() for t in seam.gather_tasks(written)]
     elif cfg.variant in OFFLINE_SETS and static is None:  # written once, before the first update
         static, offline = write_offline(env, cfg, seam, seeds_all, state.rng, _writer(env, cfg, learner, seam, sim_params, generate,
                                                                                    progress), learner.frozen_policy)
     p = plan(cfg, seeds_all, state, static, learner.env_replay)
-    step_rng = seam.step_rng(state.rng)
-    batches = [] if cfg.variant in FIXED_SETS else \
+    batches, written = ([], {}) if cfg.variant in FIXED_SETS else \
         _generate(env, learner, seam, p.seeds, state.success_rates, sim_params, generate, progress, cfg.max_seq_len)
     agent, mine = learner.sampling_policy("agent"), None  # (FSDP: gathers the weights, every rank)
     with seam.guard() as failure:  # this rank's share, apart from the others
-        work = [(t, "fresh", i) for i, b in enumerate(batches) for t in b.tasks]
-        work = (work + [(t, source, None) for t, source in seam.shard(p.tasks)])[: seam.share(budget_left(cfg, state))]
+        work = seam.work(batches, written, p.tasks, budget_left(cfg, state))
         groups = roll(env, agent, learner.backend, work, agent_params, progress, cfg.max_seq_len)
-        seconds = time.perf_counter() - t0
         rates = score(batches, groups, state.success_rates, cfg.success_ema, curriculum, band=cfg.variant != "no-band")
-        samples = simulator_samples(batches, cfg.difficulty_unit) if trains_simulator(cfg) else []
-        samples += [replayed(learner.policy("simulator"), e) for e in seam.shard(p.env_replay)]  # not in D_env again
-        steps, chunks, zero_std = build_steps(cfg, groups, samples, (learner.policy("agent").pad_id,
-                                              learner.policy("simulator").pad_id), learner.advantages, step_rng,
-                                              learner.grpo_iterations, learner.old_logprobs)
-        mine = Part(rates, train_entries(epoch, groups, cfg.keep_rollout_text), env_entries(epoch, chunks), batches,
-                    groups, zero_std, len(steps), seconds, len(work) - len(groups))
+        mine = Part(rates, batches, groups, time.perf_counter() - t0, len(work) - len(groups))
     whole = seam.exchange(mine, failure)
-    update = [e["r_env"] for step in whole.env for e in step] + [e["r_env"] for e in p.env_replay]
-    weigh(steps, update, learner.rwr_lambda)
-    steps = seam.pad(steps, whole.steps, Step)
+    # The epoch's steps, cut from the whole epoch alike on every rank; each rank packs its own rows of them.
+    simulator = learner.policy("simulator")
+    samples = _samples(cfg, whole.batches, p.env_replay)
+    own = _own(cfg, groups, batches, p.env_replay, seam, simulator)
+    steps, chunks, whole.zero_std = build_steps(cfg, whole.groups, samples, (learner.policy("agent").pad_id,
+                                                simulator.pad_id), learner.advantages, state.rng,
+                                                learner.grpo_iterations, learner.old_logprobs, own)
+    env_by_step = env_entries(epoch, chunks)
+    weigh(steps, [e["r_env"] for step in env_by_step for e in step] + [e["r_env"] for e in p.env_replay],
+          learner.rwr_lambda)
     new_static = [] if static is state.static_tasks else [train_entry(epoch, Task.from_dict(d), [], None) for d in static]
     seen = state.tasks_seen + len(whole.groups)
-    metrics = epoch_metrics(whole, seen, curriculum.zone_metrics(whole.batches), sum(len(e) for e in whole.env))
+    metrics = epoch_metrics(whole, seen, curriculum.zone_metrics(whole.batches), sum(len(e) for e in env_by_step))
     if cfg.variant in OFFLINE_SETS and offline is not None:
         metrics.update(offline_metrics(offline))
-    return Epoch(steps, whole.env, whole.rates, new_static + whole.train, static,
-                 RoundStats(epoch, whole.batches, whole.groups, metrics), p.offline_pass,
+    return Epoch(steps, env_by_step, whole.rates, new_static + train_entries(epoch, whole.groups, cfg.keep_rollout_text),
+                 static, RoundStats(epoch, whole.batches, whole.groups, metrics), p.offline_pass,
                  offline if cfg.variant in OFFLINE_SETS else None)
+
+
+def _samples(cfg: CoevoConfig, batches: list[SeedBatch], env_replay: list[dict]) -> list[SimSample]:
+    """The whole epoch's simulator update, in the order one rank has it: the in-band generations of the seed
+    batches (every rank's), then the D_env samples replayed into it."""
+    if not trains_simulator(cfg):
+        return []
+    return simulator_samples(batches, cfg.difficulty_unit) + \
+        [SimSample(None, None, e["p_hat"], e["r_env"], ("replay", j)) for j, e in enumerate(env_replay)]
+
+
+def _own(cfg: CoevoConfig, groups: list[Group], batches: list[SeedBatch], env_replay: list[dict], seam: RankSeam,
+         simulator: Policy) -> Callable[[Any], Any]:
+    """Which of the whole epoch's groups and simulator samples this rank packs into its rows of the steps:
+    the ones it rolled out or wrote, whole (the other ranks' copies carry no token ids); None for another
+    rank's. A replayed D_env sample belongs to every world-th rank, which tokenizes it (`replayed`)."""
+    mine: dict[Any, Any] = {("group", g.order): g for g in groups}
+    if trains_simulator(cfg):
+        mine.update({("sample", s.key): s for s in simulator_samples(batches, cfg.difficulty_unit)})
+        mine.update({("sample", ("replay", j)): replayed(simulator, e, ("replay", j))
+                     for j, e in enumerate(env_replay) if j % seam.world == seam.rank})
+    return lambda item: mine.get(("group", item.order) if isinstance(item, Group) else ("sample", item.key))
+
+
+def epoch_shape(cfg: CoevoConfig, world_size: int, grpo_iterations: int, env_replay: int) -> str:
+    """The one line a fit prints at its start: what one epoch trains on, in global numbers (at most: the
+    simulator's invalid and duplicate tasks are dropped, and the fixed-set variants' sets are written later)."""
+    k, g = cfg.num_generations_per_prompt, cfg.group_size
+    if cfg.variant in OFFLINE_SETS:
+        tasks = cfg.offline_tasks_per_epoch
+        source = f"{tasks} tasks of the fixed set" if tasks else "the whole fixed set"
+    else:
+        tasks = cfg.seeds_per_epoch * k + cfg.base_tasks_per_epoch + cfg.replay_tasks_per_epoch
+        source = (f"{cfg.seeds_per_epoch} seeds x K {k}" if cfg.variant != "static" else
+                  f"{cfg.seeds_per_epoch * k} fixed tasks") + \
+            f" + {cfg.base_tasks_per_epoch} seed + {cfg.replay_tasks_per_epoch} replayed tasks"
+    line = (f"[genenv] {world_size} rank{'s' if world_size > 1 else ''}; an epoch, in all: {source}")
+    if tasks:
+        steps = -(-tasks // cfg.agent_batch_size) * grpo_iterations
+        line += f" = up to {tasks:,} tasks, {tasks * g:,} rollouts (G {g}), {steps:,} agent step{'s' if steps != 1 else ''}"
+    line += f" of {cfg.agent_batch_size} tasks (global batch"
+    line += f", about {cfg.agent_batch_size / world_size:g} a rank)" if world_size > 1 else ")"
+    if trains_simulator(cfg):
+        line += (f"; up to {cfg.seeds_per_epoch * k + env_replay:,} simulator samples in steps of "
+                 f"{cfg.sim_batch_size}")
+    return line
 
 
 # ---- plan -----------------------------------------------------------------------------------
@@ -199,12 +244,15 @@ def _sampling(cfg: CoevoConfig, learner: Learner) -> tuple[SamplingParams, Sampl
 # ---- generate -------------------------------------------------------------------------------
 def _generate(env: Environment, learner: Learner, seam: RankSeam, seeds: list[Task], rates: dict[str, float],
               params: SamplingParams, generate: Callable, progress: Progress | None, max_seq_len: int | None,
-              writer: Policy | None = None) -> list[SeedBatch]:
-    """Step 1 on this rank's share of `seeds` (`coevo.generate_tasks`), by the simulator or by `writer`."""
+              writer: Policy | None = None) -> tuple[list[SeedBatch], dict[int, int]]:
+    """Step 1 on this rank's share of `seeds` (`coevo.generate_tasks`), by the simulator or by `writer`: the
+    seed batches, each with its seed's position in `seeds`, and the tasks kept at each position, every rank's."""
     simulator = writer or learner.sampling_policy("simulator")  # (FSDP: gathers the weights, every rank)
     batches: list[SeedBatch] = []
     with seam.guard() as failure:
         batches = generate(env, simulator, learner.backend, seam.shard(seeds), rates, params, progress, max_seq_len)
+        for b, position in zip(batches, seam.shard(range(len(seeds)))):
+            b.position = position
     return seam.drop_repeats(batches, seeds, env.task_key, failure)
 
 
@@ -212,7 +260,8 @@ def _writer(env: Environment, cfg: CoevoConfig, learner: Learner, seam: RankSeam
             generate: Callable, progress: Progress | None) -> WriteBatches:
     """How `offline.write_offline` writes a batch: step 1 with its own number of variations per seed."""
     params = replace(params, n=variations_per_seed(cfg))
-    return lambda seeds, writer: _generate(env, learner, seam, seeds, {}, params, generate, progress, cfg.max_seq_len, writer)
+    return lambda seeds, writer: _generate(env, learner, seam, seeds, {}, params, generate, progress, cfg.max_seq_len,
+                                           writer)[0]
 
 
 # ---- score ----------------------------------------------------------------------------------
@@ -245,20 +294,21 @@ def simulator_samples(batches: list[SeedBatch], unit: str) -> list[SimSample]:
     p_hat. "task": each variation in band by its own. A variation that was never rolled out (its prompt
     past max_seq_len, or past the task budget) earned no score, whatever its batch's."""
     if unit == "task":
-        return [SimSample(b, g, p, r) for b in batches
-                for g, p, r, ok in zip(b.task_generations, b.task_p_hat, b.task_r_env, b.task_in_band) if ok]
-    return [SimSample(b, g, b.p_hat, b.r_env) for b in batches if b.in_band
-            for g, p in zip(b.task_generations, b.task_p_hat) if p is not None]
+        return [SimSample(b, g, p, r, ("fresh", b.position, j)) for b in batches
+                for j, (g, p, r, ok) in enumerate(zip(b.task_generations, b.task_p_hat, b.task_r_env, b.task_in_band))
+                if ok]
+    return [SimSample(b, g, b.p_hat, b.r_env, ("fresh", b.position, j)) for b in batches if b.in_band
+            for j, (g, p) in enumerate(zip(b.task_generations, b.task_p_hat)) if p is not None]
 
 
-def replayed(simulator: Policy, entry: dict[str, Any]) -> SimSample:
+def replayed(simulator: Policy, entry: dict[str, Any], key: tuple = ()) -> SimSample:
     """A D_env entry as a sample of this epoch's simulator update, with its stored p_hat and R_env. Its
     prompt and text are tokenized again (the text closed by EOS: only finished generations became tasks);
     it has no sampling log-probs (NaN)."""
     prompt_ids, response_ids = simulator.encode([entry["prompt"], entry["text"]])
     response_ids = response_ids + [simulator.eos_id]
     generation = Generation(prompt_ids, response_ids, entry["text"], [math.nan] * len(response_ids), True)
-    return SimSample(None, generation, entry["p_hat"], entry["r_env"])
+    return SimSample(None, generation, entry["p_hat"], entry["r_env"], key)
 
 
 # ---- pools ----------------------------------------------------------------------------------
@@ -277,49 +327,52 @@ def env_entries(epoch: int, chunks: list[list[SimSample]]) -> list[list[dict]]:
 # ---- build steps ----------------------------------------------------------------------------
 def build_steps(cfg: CoevoConfig, groups: list[Group], sim_samples: list[SimSample], pad_ids: tuple[int, int],
                 advantages: Callable[[Tensor], tuple[Tensor, Tensor]], rng: random.Random, iterations: int = 1,
-                old_logprobs: Callable[[list[Batch]], list[Tensor]] | None = None
-                ) -> tuple[list[Step], list[list[SimSample]], int]:
-    """The epoch's optimizer steps: GRPO groups with their advantages in chunks of agent_batch_size, each
-    chunk `iterations` times in a row (grpo.num_iterations), and simulator samples in chunks of
-    sim_batch_size, side by side; at least one step (an empty epoch still runs, and logs, one). Returns
-    the steps, each step's simulator samples and the number of groups without reward spread."""
-    agent, zero_std = _agent_batches(cfg, groups, pad_ids[0], advantages, rng, old_logprobs)
+                old_logprobs: Callable[[list[Batch]], list[Tensor]] | None = None,
+                own: Callable[[Any], Any] = lambda item: item) -> tuple[list[Step], list[list[SimSample]], int]:
+    """The epoch's optimizer steps, cut from the whole epoch's groups and simulator samples (the same on every
+    rank, drawn from the shared rng): GRPO groups with their advantages in global batches of agent_batch_size,
+    each batch `iterations` times in a row (grpo.num_iterations), and simulator samples in global chunks of
+    sim_batch_size, side by side; at least one step (an empty epoch still runs, and logs, one). Each rank packs
+    its own rows of each step (`own`: this rank's whole copy of a group or sample, None for another rank's;
+    one process: all of them); a step in which it has none gets None for that role. Returns this rank's
+    steps, each step's simulator samples (every rank's) and the number of groups without reward spread."""
+    kept, zero_std = [], 0
+    for g in groups:
+        adv, zero = advantages(torch.tensor([g.rewards], dtype=torch.float32))
+        zero_std += int(zero.item())
+        if not (zero.item() and cfg.drop_zero_std_groups):
+            kept.append((g, adv[0]))
+    rng.shuffle(kept)
+    agent = [_agent_batch(cfg, [(own(g), adv) for g, adv in kept[i : i + cfg.agent_batch_size] if own(g) is not None],
+                          pad_ids[0]) for i in range(0, len(kept), cfg.agent_batch_size)]
+    packed = [b for b in agent if b is not None]
+    if old_logprobs is not None and packed:
+        for batch, logp in zip(packed, old_logprobs(packed)):
+            batch["old_logp"] = logp
     agent = [b for b in agent for _ in range(iterations)]  # packed once, stepped on `iterations` times in a row
     rng.shuffle(sim_samples)
     chunks = [sim_samples[i : i + cfg.sim_batch_size] for i in range(0, len(sim_samples), cfg.sim_batch_size)]
     n = max(len(agent), len(chunks), 1)
     chunks += [[] for _ in range(n - len(chunks))]
-    steps = [Step(agent[i] if i < len(agent) else None, _sim_batch(chunks[i], pad_ids[1], cfg) if chunks[i] else None)
+    sims = [[own(s) for s in chunk if own(s) is not None] for chunk in chunks]
+    steps = [Step(agent[i] if i < len(agent) else None, _sim_batch(sims[i], pad_ids[1], cfg) if sims[i] else None)
              for i in range(n)]
     return steps, chunks, zero_std
 
 
-def _agent_batches(cfg: CoevoConfig, groups: list[Group], pad_id: int, advantages, rng: random.Random,
-                   old_logprobs) -> tuple[list[Batch], int]:
-    """Packed GRPO batches; each carries the temperature its rollouts were sampled at (a 0-d tensor: every
-    value of a batch is a tensor), which the training forward passes divide the logits by. `old_logprobs`
-    (when grpo.old_logp recomputes) replaces the sampler's log-probs."""
-    kept, zero = [], 0
-    for g in groups:
-        adv, zero_std = advantages(torch.tensor([g.rewards], dtype=torch.float32))
-        zero += int(zero_std.item())
-        if not (zero_std.item() and cfg.drop_zero_std_groups):
-            kept.append((g, adv[0]))
-    rng.shuffle(kept)
-    batches = []
-    for i in range(0, len(kept), cfg.agent_batch_size):
-        rows = [(r, a) for g, adv in kept[i : i + cfg.agent_batch_size] for r, a in zip(g.rollouts, adv.tolist())]
-        batch = pack([r.prompt_ids for r, _ in rows], [r.response_ids for r, _ in rows], pad_id, [r.logprobs for r, _ in rows])
-        batch["advantages"] = torch.tensor([a for _, a in rows], dtype=torch.float32)
-        # not trained on: the step's mean reward (agent/step_reward, the paper's Fig. 4a) is read from it
-        batch["rewards"] = torch.tensor([w for g, _ in kept[i : i + cfg.agent_batch_size] for w in g.rewards],
-                                        dtype=torch.float32)
-        batch["temperature"] = torch.tensor(cfg.agent_sampling.temperature, dtype=torch.float32)
-        batches.append(batch)
-    if old_logprobs is not None and batches:
-        for batch, logp in zip(batches, old_logprobs(batches)):
-            batch["old_logp"] = logp
-    return batches, zero
+def _agent_batch(cfg: CoevoConfig, groups: list[tuple[Group, Tensor]], pad_id: int) -> Batch | None:
+    """A packed GRPO batch of these groups (None without any); it carries the temperature its rollouts were
+    sampled at (a 0-d tensor: every value of a batch is a tensor), which the training forward passes divide
+    the logits by."""
+    if not groups:
+        return None
+    rows = [(r, a) for g, adv in groups for r, a in zip(g.rollouts, adv.tolist())]
+    batch = pack([r.prompt_ids for r, _ in rows], [r.response_ids for r, _ in rows], pad_id, [r.logprobs for r, _ in rows])
+    batch["advantages"] = torch.tensor([a for _, a in rows], dtype=torch.float32)
+    # not trained on: the step's mean reward (agent/step_reward, the paper's Fig. 4a) is read from it
+    batch["rewards"] = torch.tensor([w for g, _ in groups for w in g.rewards], dtype=torch.float32)
+    batch["temperature"] = torch.tensor(cfg.agent_sampling.temperature, dtype=torch.float32)
+    return batch
 
 
 def _sim_batch(chunk: list[SimSample], pad_id: int, cfg: CoevoConfig) -> Batch:

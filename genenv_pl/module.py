@@ -12,26 +12,32 @@ import contextlib
 import copy
 import dataclasses
 import gc
+import warnings
 from typing import Any, Iterator
 
 import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
 from genenv_pl.backends import make_backend
 from genenv_pl.batching import Step, split_rows
 from genenv_pl.config import GRPOConfig, RWRConfig
 from genenv_pl.distributed import RankSync, compute_copy, full_state_dict, shard_module, sharding
 from genenv_pl.epoch import Learner
-from genenv_pl.evaluation import (EvalSettings, act, answer, eval_metrics, format_table, start_line, table_scalars,
-                                  test_table, write_results)
+from genenv_pl.evaluation import (EvalBatch, EvalSettings, act, answer, eval_metrics, eval_seed, format_table,
+                                  in_set_order, start_line, table_scalars, test_table, write_results)
 from genenv_pl.losses import GRPOTerms, RWRTerms, group_advantages, grpo_loss, low_var_kl, rwr_loss
 from genenv_pl.envs.base import ConfigError
 from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base, resolve_model_path, trained_policy
 from genenv_pl.policy import Policy, causal_logprobs
 from genenv_pl.update import Updater
 from genenv_pl.warmstart import WarmStartConfig
+
+# val/* and eval/* are computed from every rank's rows, gathered: the same value on every rank, logged without
+# sync_dist on purpose (see "evaluation" below), which Lightning would otherwise warn about once per key
+warnings.filterwarnings("ignore", r"It is recommended to use `self.log\('(val|eval)/", category=PossibleUserWarning)
 
 
 class GenEnvModule(L.LightningModule):
@@ -59,7 +65,8 @@ class GenEnvModule(L.LightningModule):
                 paper's 7B learning rate, 1e-6).
             simulator_optimizer: the simulator's optimizer class with its args (default AdamW at
                 the paper's 7B learning rate, 5e-7).
-            backend: generation backend, "hf" (in-process generate) or "vllm".
+            backend: generation backend, "hf" (in-process generate), "vllm", or a GenerationBackend subclass
+                of your own as package.module:ClassName.
             backend_args: keyword arguments of the backend (see "Backend args" below).
             cache_dir: where tiny tokenizers and warm-started models are cached.
             eval_at_start: log val/accuracy of the starting agent before any update.
@@ -89,7 +96,7 @@ class GenEnvModule(L.LightningModule):
         self.sim_ref: torch.nn.Module | None = None
         # Own counters: global_step counts both optimizers' steps under manual optimization.
         self.counters = {"agent_updates": 0, "sim_updates": 0, "sim_skipped_kl": 0, "nonfinite_skipped": 0}
-        self._test_rows: list[dict[str, Any]] = []
+        self.test_rows: list[dict[str, Any]] = []  # the latest test's answers and scores, task by task
         self.updater = Updater(self)  # applies each role's loss; keeps several ranks in step
         self._sharded: str | None = None  # "fsdp" / "fsdp2" once the policies are sharded
         self._replicas: dict[str, Policy] = {}  # FSDP: local full copies that generation samples from
@@ -100,11 +107,23 @@ class GenEnvModule(L.LightningModule):
         self.register_state_dict_post_hook(_drop_references)
         self.register_load_state_dict_post_hook(_references_not_missing)
 
+    def train(self, mode: bool = True) -> "GenEnvModule":
+        """Lightning's train/eval switch, with dropout always off. Every forward pass of an RL update must be
+        the function that measured it: the old log-probs (the ratio's denominator, 1 on an epoch's first
+        step), the reference log-probs, the simulator before and after a step (the KL cap), and generation.
+        With dropout on, each pass draws its own mask and the ratio and the cap measure noise. TRL
+        (`disable_dropout`), OpenRLHF and verl train their policies so too. LoRA's `dropout` still acts in
+        the supervised warm start, which trains outside this module."""
+        super().train(mode)
+        _dropout_off(self)
+        return self
+
     # ---- what the data module gets --------------------------------------------------------
     def setup(self, stage: str) -> None:
         # After the callbacks' setup (the curriculum has handed itself over) and before any model is built:
         # the data module checks here that the run has what the loop depends on.
         if stage == "fit":
+            _check_precision(str(self.trainer.precision))
             self.trainer.datamodule.connect(self.learner())
 
     def learner(self) -> Learner:
@@ -173,6 +192,7 @@ class GenEnvModule(L.LightningModule):
         self._sharded = sharding(strategy)
         if self._sharded:
             self._shard_policies(strategy)
+        _dropout_off(self)  # (Lightning keeps each submodule's mode as built; see `train`)
 
     def _shard_policies(self, strategy) -> None:
         """FSDP: the agent, the simulator and each reference model are sharded on their own, decoder
@@ -259,7 +279,9 @@ class GenEnvModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.counters.update(checkpoint.get("genenv_counters", {}))
-        if self.simulator is None:  # evaluation: only the agent was built, load only its weights
+        # evaluation: only the agent was built, load only its weights. (ModelParallelStrategy, FSDP2, has loaded the
+        # weights itself by now and left no "state_dict" here.)
+        if self.simulator is None and "state_dict" in checkpoint:
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith("agent.")}
 
     # ---- precision -----------------------------------------------------------------------
@@ -333,10 +355,28 @@ class GenEnvModule(L.LightningModule):
         """One GRPO step of the agent and one RWR step of the simulator, each on its part of the batch
         (either may be None). `Updater.run` also keeps several ranks in step (`genenv_pl/update.py`)."""
         reward = self._step_reward(batch["agent"])  # (a collective: every rank, every step, before the update)
+        self._terms: dict[str, Any] = {}
         if self.updater.run("agent", batch["agent"], self._agent_step):
             self._log_step(reward)
+            self._log_terms("agent")
         kept = self.updater.run("sim", batch["sim"], self._sim_step)
+        if kept:
+            self._log_terms("sim")
         self.trainer.datamodule.step_done(batch_idx, simulator_kept=kept)  # D_env keeps a kept step's samples
+
+    def _log_terms(self, role: str) -> None:
+        """The kept step's loss terms over its global batch: each rank's terms are its part of the step's sums
+        (normalised by the whole step's counts), so the ranks' terms add up to the one-rank values. Logged
+        only when the step was kept, which every rank agrees on."""
+        terms = self._terms.get(role)
+        names = [f.name for f in dataclasses.fields(GRPOTerms if role == "agent" else RWRTerms)]
+        values = RankSync(self.trainer).sums([float(getattr(terms, n)) if terms is not None else 0.0 for n in names])
+        prefix = "agent/" if role == "agent" else "sim/"
+        self.log_dict({prefix + n: v for n, v in zip(names, values)}, on_step=False, on_epoch=True,
+                      batch_size=int(self.updater.totals[role][0]))
+        if role == "agent":
+            self.log("agent/updates", float(self.counters["agent_updates"]), on_step=False, on_epoch=True,
+                     reduce_fx="max", batch_size=1)
 
     def _step_reward(self, b: dict[str, torch.Tensor] | None) -> dict[str, float]:
         """The mean reward of the rollouts this training step's agent update learns from, over every rank's
@@ -366,8 +406,8 @@ class GenEnvModule(L.LightningModule):
         entropy bonus, on response tokens; log-probs at the temperature the rollouts were sampled at.
         One optimizer step over the batch, in micro-batches of `grpo.micro_batch_size` rollouts."""
         micro = self.updater.micro_batches("agent", b)
-        # the step's own token count, so that the micro-batches' terms add up (a blank batch has none)
-        n_tokens = max(float(b["response_mask"].sum()), 1.0) if len(micro) > 1 else None
+        # the whole step's token count (every rank's): the micro-batches' and the ranks' terms add up to the step's
+        n_tokens = self.updater.totals["agent"][1]
         terms: list[GRPOTerms] = []
 
         def losses():
@@ -382,22 +422,15 @@ class GenEnvModule(L.LightningModule):
                 terms.append(_detached(t))
                 yield t.loss
 
-        if not self.updater.apply("agent", losses()):
-            return
-        t = _summed(terms)
-        self.log_dict({"agent/loss": t.loss, "agent/pg_loss": t.pg_loss, "agent/kl": t.kl,
-                       "agent/entropy": t.entropy, "agent/clip_frac": t.clip_frac},
-                      on_step=False, on_epoch=True, batch_size=int(b["input_ids"].shape[0]))
-        self.log("agent/updates", float(self.counters["agent_updates"]), on_step=False, on_epoch=True, reduce_fx="max",
-                 batch_size=1)
+        if self.updater.apply("agent", losses()):
+            self._terms["agent"] = _summed(terms)
 
     def _sim_step(self, b: dict[str, torch.Tensor]) -> None:
         """Reward-weighted regression: the simulator's generations, weighted by their R_env (mean-1
         weights), plus the KL to the initial simulator. One optimizer step over the batch, in
         micro-batches of `rwr.micro_batch_size` samples; a step past `rwr.kl_cap` is undone (`Updater`)."""
         micro = self.updater.micro_batches("sim", b)
-        n_rows, n_tokens = (int(b["input_ids"].shape[0]), max(float(b["response_mask"].sum()), 1.0)) if len(micro) > 1 \
-            else (None, None)
+        n_rows, n_tokens = self.updater.totals["sim"]  # the whole step's (every rank's), as for the agent
         terms: list[RWRTerms] = []
         before: list[torch.Tensor] = []  # each micro-batch's log-probs before the step, for the KL cap
 
@@ -416,11 +449,8 @@ class GenEnvModule(L.LightningModule):
             sums = [self._kl_of_update(lp, mb) for lp, mb in zip(before, micro)]
             return sum(s for s, _ in sums), sum(n for _, n in sums)
 
-        if not self.updater.apply("sim", losses(), kl_of_update=kl_of_update):
-            return
-        t = _summed(terms)
-        self.log_dict({"sim/loss": t.loss, "sim/nll": t.nll, "sim/kl": t.kl},
-                      on_step=False, on_epoch=True, batch_size=int(b["input_ids"].shape[0]))
+        if self.updater.apply("sim", losses(), kl_of_update=kl_of_update):
+            self._terms["sim"] = _summed(terms)
 
     def _kl_of_update(self, logp_before: torch.Tensor, b: dict[str, torch.Tensor]) -> tuple[float, float]:
         """KL(before || after) of the simulator, estimated (low_var_kl) on the response tokens of `b`:
@@ -456,32 +486,58 @@ class GenEnvModule(L.LightningModule):
             self.trainer.should_stop = True
 
     # ---- evaluation (genenv_pl/evaluation.py) ------------------------------------------
+    # Each rank answers its whole batches of the held-out set (`GenEnvDataModule._eval_loader`); at the end of
+    # the evaluation the ranks gather every row, so every rank computes and logs the same metrics over the
+    # whole set, once per task (no `sync_dist`: a mean of means would weigh ranks, and a group missing from
+    # a rank's share would leave the ranks in different collectives).
     def _eval_settings(self) -> EvalSettings:
         return EvalSettings.of(self.trainer.datamodule.cfg)
 
-    def _answer(self, tasks) -> list[dict[str, Any]]:
-        return answer(self.env, self.backend, self.for_generation("agent"), tasks, self._eval_settings())
+    def _start_eval(self) -> None:
+        # FSDP: the agent's full weights are gathered once per evaluation (a collective, every rank), not per
+        # batch: ranks hold different numbers of batches.
+        # (in a dict: a Policy attribute would register as a submodule and enter the checkpoint)
+        self._eval = {"agent": self.for_generation("agent"), "parts": []}
 
-    def on_validation_epoch_start(self) -> None:
-        self.val_rows: list[dict[str, Any]] = []  # the latest validation's answers and scores, task by task
+    def _answer(self, batch: EvalBatch) -> None:
+        s = self._eval_settings()
+        # sampled answers (eval_samples) draw from a generator seeded by the batch, not by what ran before on
+        # this rank: the same answers on any number of ranks, and the run's own random state untouched
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(eval_seed(self.trainer.datamodule.seed, batch.index))
+            rows = answer(self.env, self.backend, self._eval["agent"], batch.tasks, s)
+        self._eval["parts"].append((batch.index, rows))
 
-    def validation_step(self, batch, batch_idx: int) -> None:
-        rows = self._answer(batch)
-        self.val_rows.extend(rows)
-        self._log_eval(rows, "val")
+    def _gathered_rows(self) -> list[dict[str, Any]]:
+        parts, self._eval["parts"] = RankSync(self.trainer).exchange(self._eval["parts"], phase="evaluation"), []
+        return in_set_order(parts)
 
     def _log_eval(self, rows, prefix: str) -> None:
         for name, (value, n) in eval_metrics(rows, prefix).items():
-            self.log(name, value, batch_size=n, on_epoch=True, sync_dist=True)
+            self.log(name, value, batch_size=n, on_epoch=True)  # the same value on every rank (see above)
+
+    def on_validation_epoch_start(self) -> None:
+        self._start_eval()
+
+    def validation_step(self, batch: EvalBatch, batch_idx: int) -> None:
+        self._answer(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self.val_rows = self._gathered_rows()  # the latest validation's answers and scores, task by task
+        if self.val_rows:
+            self._log_eval(self.val_rows, "val")
 
     def on_train_start(self) -> None:
-        # val/* of the starting (warm-started) agent, before any co-evolution update.
+        # val/* of the starting (warm-started) agent, before any co-evolution update, on the batches and
+        # ranks that the validation loop uses: the start and the later scores cover the same set.
         if not self.eval_at_start or self.counters["agent_updates"] > 0 or self.trainer.limit_val_batches == 0:
             return
-        # In the validation loop's batches (eval_batch_size, similar lengths together): the backend's own
-        # chunks are far larger, and 239 BFCL prompts in one call allocated a 12 GB static KV cache.
+        self._start_eval()
         with self.autocast():  # as the validation loop computes
-            rows = [r for batch in self.trainer.datamodule.val_dataloader() for r in self._answer(batch)]
+            for batch in self.trainer.datamodule.val_dataloader():
+                self._answer(batch)
+        rows = self._gathered_rows()
         if not rows:
             return
         metrics = {name: value for name, (value, _) in eval_metrics(rows, "val").items()}
@@ -489,23 +545,35 @@ class GenEnvModule(L.LightningModule):
             logger.log_metrics(metrics, step=0)
         rank_zero_info(start_line(metrics))
 
-    def test_step(self, batch, batch_idx: int) -> None:
-        rows = self._answer(batch)
-        self._test_rows.extend(rows)
-        self._log_eval(rows, "eval")
+    def on_test_epoch_start(self) -> None:
+        self._start_eval()
+
+    def test_step(self, batch: EvalBatch, batch_idx: int) -> None:
+        self._answer(batch)
 
     def on_test_epoch_end(self) -> None:
-        rows, self._test_rows = self._test_rows, []
+        self.test_rows = rows = self._gathered_rows()
         s = self._eval_settings()
-        agent = self._replicas.get("agent", self.agent)  # FSDP: the replica test_step loaded (no collective per turn)
+        sync = RankSync(self.trainer)
+        agent = self._eval["agent"]  # (FSDP: the local replica `_start_eval` loaded: no collective per turn)
+
+        def play(conversations):
+            return act(self.backend, agent, conversations, s.max_new_tokens)
+
+        # the episodes are played once, by rank 0, and every rank reports them
         with self.autocast():  # the agent plays in the precision it was evaluated (and trained) in
-            table = test_table(self.env, rows, s, lambda conversations: act(self.backend, agent, conversations,
-                                                                            s.max_new_tokens))
+            table = test_table(self.env, rows, s, play if sync.rank == 0 else None)
+        episodes = sync.exchange(table.get("episodes"), phase="episodes")[0]
+        if episodes is not None:
+            table["episodes"] = episodes
+        if rows:
+            self._log_eval(rows, "eval")
         rank_zero_info(format_table(table))
         for name, value in table_scalars(table).items():
             self.log(name, value, batch_size=1)
+        out_dir = self.trainer.log_dir or self.trainer.default_root_dir  # (log_dir is a collective: every rank)
         if self.trainer.is_global_zero:
-            path = write_results(self.trainer.log_dir or self.trainer.default_root_dir, self.env.name, table, rows)
+            path = write_results(out_dir, self.env.name, table, rows)
             rank_zero_info(f"[genenv] wrote {path}")
 
     # ---- checkpoint ---------------------------------------------------------------------
@@ -537,6 +605,21 @@ def _check_strategy(strategy) -> None:
         raise ValueError("GenEnv under DDP needs find_unused_parameters=True (the agent's and the simulator's updates are "
                          "separate backward passes): use --trainer.strategy ddp_find_unused_parameters_true, or "
                          "DDPStrategy with init_args {find_unused_parameters: true}")
+
+
+def _dropout_off(module: torch.nn.Module) -> None:
+    for m in module.modules():
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+            m.eval()
+
+
+def _check_precision(precision: str) -> None:
+    """fp16 mixed precision needs a gradient scaler, which the manual updates (`Updater`: finite-gradient
+    check, clipping, the KL cap's undo) do not drive: refused, with the precisions that work."""
+    if precision.startswith("16"):
+        raise ConfigError(f"trainer.precision {precision}: fp16 training needs loss scaling, which GenEnv's two "
+                          f"manual optimizers do not do; use bf16-mixed (bf16 compute, fp32 master weights; any GPU "
+                          f"since Ampere) or 32-true")
 
 
 def _detached(terms):

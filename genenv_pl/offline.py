@@ -71,7 +71,7 @@ def write_offline(env: Environment, cfg: CoevoConfig, seam: RankSeam, seeds: lis
         for name, n in seam.total(_written_counts(batches)).items():
             counts[name] = counts.get(name, 0) + n
         before = len(tasks)
-        for t in seam.gather_tasks([t for b in batches for t in b.tasks]):
+        for t in seam.gather_tasks(batches):
             if env.task_key(t) in known:  # also written in an earlier round
                 counts["duplicates"] = counts.get("duplicates", 0) + 1
             else:

@@ -1,17 +1,18 @@
 """Where the ranks (DDP, FSDP) agree during one epoch's generation: shard in, exchange out.
 
 Every rank draws the same plan from the data module's rng, which is identical on all of them. Each rank
-then works on its own share (`shard`): the simulator writes variations of its share of the seeds, the
-agent rolls out its share of the tasks, within its share of the task budget (`share`). When its work is
-done, each rank hands over a `Part` (`exchange`) and every rank gets the same whole epoch back: success
-rates, pool entries, the seed batches and groups that metrics describe, each step's D_env entries and the
-number of steps, which every rank then pads its own steps to (`pad`: the steps' backward passes are
-collectives).
+then works on its own share: the simulator writes variations of its share of the seeds (`shard`), the
+agent rolls out its share of the tasks (`work`). When its work is done, each rank hands over a `Part`
+(`exchange`) and every rank gets the same whole epoch back, in the order one rank would have it: seed
+batches by the seed's place in the plan, groups by the task's place in the epoch's whole work list. From
+that whole epoch every rank cuts the same optimizer steps (`epoch.build_steps`) and packs the rows it
+rolled out itself: a global batch of agent_batch_size tasks is the same set of tasks on any number of
+ranks, and so the run is the one-rank run.
 
-Besides: a task that two ranks' simulators both wrote is rolled out once, by the lowest rank
-(`drop_repeats`, right after generation); each rank draws its own sampling noise and step order
-(`seed_torch`, `step_rng`). A rank that fails while the ranks work apart (`guard`) hands its error to
-every rank at the next exchange, so that none waits forever.
+The rest of what makes N ranks one: a task that two ranks' simulators both wrote is kept at the lowest
+seed position, as one rank keeps the first (`drop_repeats`); the task budget cuts the whole work list, not
+each rank's (`work`). Each rank draws its own sampling noise (`seed_torch`). A rank that fails while the
+ranks work apart (`guard`) hands its error to every rank at the next exchange, so that none waits forever.
 
 In one process every method is the identity: no collective, no copy. The epoch's stages
 (genenv_pl/epoch.py) know nothing of ranks.
@@ -36,14 +37,11 @@ class Part:
     """What one rank's share of an epoch produced, as exchanged; merged, the whole epoch's."""
 
     rates: dict[str, float] = field(default_factory=dict)  # seed id -> EMA of its success rate
-    train: list[dict[str, Any]] = field(default_factory=list)  # new D_train entries
-    env: list[list[dict[str, Any]]] = field(default_factory=list)  # D_env entries of each step's simulator samples
     batches: list[SeedBatch] = field(default_factory=list)
     groups: list[Group] = field(default_factory=list)
-    zero_std: int = 0  # groups without reward spread
-    steps: int = 0
     seconds: float = 0.0  # generation and rollouts
     overlong: int = 0  # tasks not rolled out: prompt past max_seq_len
+    zero_std: int = 0  # groups without reward spread (counted when the steps are cut, from the whole epoch)
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
@@ -59,6 +57,14 @@ class RankSeam:
     def distributed(self) -> bool:
         return self.sync.distributed
 
+    @property
+    def rank(self) -> int:
+        return self.sync.rank if self.distributed else 0
+
+    @property
+    def world(self) -> int:
+        return self.sync.world if self.distributed else 1
+
     def seed_torch(self, seed: int, epoch: int) -> None:
         """An epoch's sampling noise (and its updates') comes from (seed, epoch, rank) alone, not from torch's
         generator as whatever ran before left it (an evaluation draws from it, a resumed run starts it afresh):
@@ -66,41 +72,57 @@ class RankSeam:
         torch.manual_seed(epoch_seed(seed, epoch, self.sync.rank))
 
     def shard(self, items: Sequence[T]) -> list[T]:
+        """This rank's share of a list that every rank drew identically: items rank, rank + world, ..."""
         return self.sync.shard(items)
 
     def guard(self):
         return self.sync.guard()
 
-    def share(self, left: int | None) -> int | None:
-        """This rank's share of what is left of the task budget (None: no budget): as even as it goes, the
-        lower ranks take the remainder."""
-        if left is None or not self.distributed:
-            return left
-        return left // self.sync.world + (self.sync.rank < left % self.sync.world)
-
-    def step_rng(self, rng: random.Random) -> random.Random:
-        """The rng that orders this rank's steps, drawn so that the shared rng stays identical on all ranks."""
-        return random.Random(rng.getrandbits(64) + self.sync.rank) if self.distributed else rng
-
     def drop_repeats(self, batches: list[SeedBatch], seeds: list[Task], key: Callable[[Task], Any],
-                     failure: Failure) -> list[SeedBatch]:
-        """A task that a lower rank's simulator also wrote this epoch (or that equals any seed) counts as a
-        duplicate here, as it would within one rank."""
+                     failure: Failure) -> tuple[list[SeedBatch], dict[int, int]]:
+        """A task that another rank's simulator wrote at a lower seed position this epoch (or that equals any
+        seed) counts as a duplicate here, as it would within one rank, which keeps the first. Returns the
+        batches and the number of tasks kept at each seed position, every rank's."""
+        mine = [(b.position, [key(t) for t in b.tasks]) for b in batches]
         if not self.distributed:
-            return batches
-        keys = self.sync.exchange([key(t) for b in batches for t in b.tasks], failure, "simulator generation")
-        known = {key(s) for s in seeds}.union(*keys[: self.sync.rank])
-        for b in batches:
-            kept = [(t, g) for t, g in zip(b.tasks, b.task_generations) if key(t) not in known]
-            b.duplicates += len(b.tasks) - len(kept)
-            b.tasks, b.task_generations = [t for t, _ in kept], [g for _, g in kept]
-        return batches
+            return batches, {pos: len(keys) for pos, keys in mine}
+        parts = self.sync.exchange(mine, failure, "simulator generation")
+        seeds_known = {key(s) for s in seeds}
+        first: dict[Any, int] = {}
+        for part in parts:
+            for pos, keys in part:
+                for k in keys:
+                    first[k] = min(first.get(k, pos), pos)
 
-    def gather_tasks(self, tasks: list[Task]) -> list[Task]:
-        """Every rank's tasks, in rank order, on every rank."""
-        if not self.distributed:
-            return tasks
-        return [Task.from_dict(d) for part in self.sync.exchange([t.to_dict() for t in tasks]) for d in part]
+        def kept(pos: int, k: Any) -> bool:
+            return first[k] == pos and k not in seeds_known
+
+        for b in batches:
+            pairs = [(t, g) for t, g in zip(b.tasks, b.task_generations) if kept(b.position, key(t))]
+            b.duplicates += len(b.tasks) - len(pairs)
+            b.tasks, b.task_generations = [t for t, _ in pairs], [g for _, g in pairs]
+        return batches, {pos: sum(kept(pos, k) for k in keys) for part in parts for pos, keys in part}
+
+    def work(self, batches: list[SeedBatch], written: dict[int, int], tasks: list[tuple[Task, str]],
+             left: int | None) -> list[tuple[Task, str, int | None, int]]:
+        """This rank's rollouts as (task, source, seed batch index, order). The epoch's whole work list is
+        every rank's fresh tasks by seed position (`written` counts them), then the plan's other tasks; order
+        is a task's place in it. The task budget (`left`; None: none) takes the first tasks of that whole
+        list, as one rank would; this rank keeps its own among them: the variations of its seeds and its
+        round-robin share of the other tasks."""
+        offset, start = 0, {}
+        for pos in sorted(written):
+            start[pos], offset = offset, offset + written[pos]
+        mine = [(t, "fresh", i, start[b.position] + j) for i, b in enumerate(batches) for j, t in enumerate(b.tasks)]
+        mine += [(t, source, None, offset + j) for j, (t, source) in enumerate(tasks) if j % self.world == self.rank]
+        return [w for w in mine if left is None or w[3] < left]
+
+    def gather_tasks(self, batches: list[SeedBatch]) -> list[Task]:
+        """Every rank's written tasks on every rank, by seed position (as one rank holds them)."""
+        mine = [(b.position, [t.to_dict() for t in b.tasks]) for b in batches]
+        parts = self.sync.exchange(mine) if self.distributed else [mine]
+        return [Task.from_dict(d) for _, tasks in sorted((b for part in parts for b in part), key=lambda b: b[0])
+                for d in tasks]
 
     def total(self, counts: dict[str, int]) -> dict[str, int]:
         """Counts summed over the ranks, key by key, on every rank."""
@@ -118,34 +140,26 @@ class RankSeam:
             part = _lite(part)
         return merge(self.sync.exchange(part if failure.error is None else None, failure, "agent rollouts"))
 
-    @staticmethod
-    def pad(steps: list[T], n: int, blank: Callable[[], T]) -> list[T]:
-        """Every rank runs as many steps (n, the most any rank has): a rank with fewer runs empty ones, in
-        which `GenEnvModule.training_step` still joins the others' collectives."""
-        return steps + [blank() for _ in range(n - len(steps))]
-
 
 def merge(parts: list[Part]) -> Part:
-    """The ranks' parts as one, in rank order: fresh groups' seed indices point into the joined seed
-    batches, and each step's D_env entries are those of all ranks' step of that index."""
+    """The ranks' parts as one, in the order one rank has them: seed batches by seed position, groups by their
+    order in the epoch's work list, and each fresh group's seed index pointing into the joined batches."""
     whole = Part()
     for part in parts:
         whole.rates.update(part.rates)
-        whole.train += part.train
-        offset = len(whole.batches)
         whole.batches += part.batches
-        whole.groups += [g if g.seed_index is None or not offset else replace(g, seed_index=g.seed_index + offset)
-                         for g in part.groups]
-        whole.zero_std += part.zero_std
         whole.overlong += part.overlong
-        whole.steps, whole.seconds = max(whole.steps, part.steps), max(whole.seconds, part.seconds)
-    width = max((len(p.env) for p in parts), default=0)
-    whole.env = [[e for p in parts if i < len(p.env) for e in p.env[i]] for i in range(width)]
+        whole.seconds = max(whole.seconds, part.seconds)
+    whole.batches.sort(key=lambda b: b.position)
+    index = {b.position: i for i, b in enumerate(whole.batches)}
+    whole.groups = sorted((g if g.seed_index is None else replace(g, seed_index=index[part.batches[g.seed_index].position])
+                           for part in parts for g in part.groups), key=lambda g: g.order)
     return whole
 
 
 def _lite(part: Part) -> Part:
-    """A copy for the other ranks (metrics, sample tables): without prompt token ids and log-probs."""
+    """A copy for the other ranks (metrics, sample tables, the steps' plan): without prompt token ids and
+    log-probs, which only the rank that packs a row needs."""
     def strip(g):
         return replace(g, prompt_ids=[], logprobs=[])
 

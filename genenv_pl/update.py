@@ -23,8 +23,10 @@ Several ranks (DDP, FSDP) hold equal weights only if they take the same steps, s
 2. Every rank runs the same number of backward passes (each is a gradient all-reduce or
    reduce-scatter): the most micro-batches any rank has this step (`run` agrees on it). A rank with
    fewer pads its list with blank micro-batches, whose loss is exactly zero (`micro_batches`).
-3. The losses are rescaled so that the gradient is the mean over the ranks that have a batch. A
-   non-finite loss on any rank, in any pass, skips the step on all of them.
+3. Every rank's loss is normalised by the whole step's counts (response tokens, and rows for RWR, summed
+   over the ranks: `totals`) and multiplied by the world size, which DDP's and FSDP's gradient mean divides
+   out again: the gradient is that of the step's global batch, token-level, as one rank would compute it.
+   A non-finite loss on any rank, in any pass, skips the step on all of them.
 4. DDP: a rank without a batch back-propagates a zero through the policy's parameters, which keeps it
    in the same gradient all-reduce. FSDP: every forward pass gathers parameters from all ranks, so all
    ranks run the same forward passes: a rank without a batch runs blank ones (`run`).
@@ -58,6 +60,7 @@ class Updater:
         self._blank: set[str] = set()  # FSDP: roles that run a blank batch on this rank in this step
         self._passes: dict[str, int] = {}  # several ranks: backward passes every rank runs for a role this step
         self._kept: set[str] = set()  # roles whose optimizer step in this training step was kept (on every rank)
+        self.totals: dict[str, tuple[float, float]] = {}  # role -> (rows, response tokens) of the step, all ranks'
 
     def run(self, role: str, batch: Batch | None, step: Callable[[Batch], None]) -> bool:
         """One role's part of a training step: `step(batch)` builds the loss and calls `apply`. Returns
@@ -66,9 +69,13 @@ class Updater:
         self._joined.discard(role)
         self._blank.discard(role)
         self._passes.pop(role, None)
-        if self._sync.distributed:  # rule 2: the passes every rank runs (a collective: every rank, every step)
+        rows, tokens = (float(batch["input_ids"].shape[0]), float(batch["response_mask"].sum())) if batch is not None \
+            else (0.0, 0.0)
+        if self._sync.distributed:  # rules 2 and 3 (collectives: every rank, every step)
             own = len(split_rows(batch, self._micro_size(role))) if batch is not None else 0
             self._passes[role] = int(self._sync.max(own))
+            rows, tokens = self._sync.sums([rows, tokens])
+        self.totals[role] = (max(rows, 1.0), max(tokens, 1.0))
         batch = self._lockstep(role, batch)
         if batch is not None:
             step(batch)
@@ -96,10 +103,9 @@ class Updater:
         self._joined.add(role)
         opt, policy = m.optimizers()[ROLES[role]], self._policy(role)
         own = losses is not None and role not in self._blank
-        contributing = sync.sum(float(own))  # rule 3
-        if contributing == 0:
+        if sync.sum(float(own)) == 0:  # no rank has a batch
             return False
-        scale = sync.world / contributing
+        scale = float(sync.world)  # rule 3
         opt.zero_grad(set_to_none=True)
         passes = iter(losses) if losses is not None else None
         for _ in range(self._passes.get(role, 1)):

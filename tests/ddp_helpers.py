@@ -44,7 +44,6 @@ class RankReport(L.Callback):
         self.seeds: dict[int, list[str]] = defaultdict(list)
         self.fresh: dict[int, list[str]] = defaultdict(list)
         self.steps: dict[int, int] = defaultdict(int)
-        self.empty_steps: dict[int, int] = defaultdict(int)
         self.metrics: dict[int, dict] = {}
 
     def setup(self, trainer, pl_module, stage):
@@ -55,7 +54,7 @@ class RankReport(L.Callback):
             return generate(env, simulator, backend, seeds, *args, **kwargs)
 
         def rollout(env, agent, backend, tasks, *args, **kwargs):
-            self.fresh[trainer.current_epoch] += [task_key(t.to_dict()) for t, source, _ in tasks if source == "fresh"]
+            self.fresh[trainer.current_epoch] += [task_key(t.to_dict()) for t, source, *_ in tasks if source == "fresh"]
             return roll(env, agent, backend, tasks, *args, **kwargs)
 
         datamodule.generate_tasks, datamodule.rollout = generate_tasks, rollout
@@ -69,7 +68,6 @@ class RankReport(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.steps[trainer.current_epoch] += 1
-        self.empty_steps[trainer.current_epoch] += int(batch["agent"] is None and batch["sim"] is None)
 
     def on_train_epoch_end(self, trainer, pl_module):
         self.metrics[trainer.current_epoch] = dict(trainer.datamodule.last_round.metrics)
@@ -78,7 +76,7 @@ class RankReport(L.Callback):
         state = pl_module.state_dict()
         dm = trainer.datamodule
         report = {"rank": trainer.global_rank, "world_size": trainer.world_size, "seeds": self.seeds,
-                  "fresh": self.fresh, "steps": self.steps, "empty_steps": self.empty_steps, "metrics": self.metrics,
+                  "fresh": self.fresh, "steps": self.steps, "metrics": self.metrics,
                   "agent": digest(state, "agent."), "simulator": digest(state, "simulator."),
                   "simulator_at_start": self.simulator_at_start,
                   "counters": pl_module.counters, "pools": [len(dm.pools.train), len(dm.pools.env)],

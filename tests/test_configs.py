@@ -29,14 +29,14 @@ PAPER = {"G": 8, "K": 4, "clip": 0.2, "kl": 0.001, "entropy": 0.001, "grad_clip"
          "lr_simulator": 5e-7, "batch": 64, "alpha": 0.5, "k_min": 0.1, "max_seq_len": 9000, "epochs": 10}
 
 
-def _algorithm(cfg: dict, ranks: int = 1) -> dict:
+def _algorithm(cfg: dict) -> dict:
     """The algorithm constants a resolved config trains with, under PAPER's names."""
     t, m, c = cfg["trainer"], cfg["model"], cfg["data"]["coevo"]
     curriculum = next(cb["init_args"] for cb in t["callbacks"] if cb["class_path"].endswith("AlphaCurriculumCallback"))
     return {"G": c["group_size"], "K": c["num_generations_per_prompt"], "clip": m["grpo"]["clip_eps"],
             "kl": m["grpo"]["kl_coef"], "entropy": m["grpo"]["entropy_coef"], "grad_clip": m["grpo"]["grad_clip"],
             "lr_agent": m["agent_optimizer"]["init_args"]["lr"], "lr_simulator": m["simulator_optimizer"]["init_args"]["lr"],
-            "batch": c["agent_batch_size"] * ranks, "alpha": curriculum["alpha"], "k_min": curriculum["filtering_k"],
+            "batch": c["agent_batch_size"], "alpha": curriculum["alpha"], "k_min": curriculum["filtering_k"],
             "max_seq_len": c["max_seq_len"], "epochs": t["max_epochs"]}
 
 
@@ -61,7 +61,7 @@ def test_paper_scale_out_overlay(capsys, bench):
     assert not m["shared_base"] and m["agent"]["lora"]["r"] == m["simulator"]["lora"]["r"] == 0  # full fine-tuning
     assert m["agent"]["dtype"] == m["simulator"]["dtype"] == "float32"  # the sharded masters
     assert m["backend"] == "vllm" and m["backend_args"]["max_model_len"] == c["max_seq_len"] == 9000
-    assert _algorithm(cfg, ranks=t["devices"]) == PAPER  # per-rank batches: the paper's 64 tasks per update
+    assert _algorithm(cfg) == PAPER  # global batches: the paper's 64 tasks per update, whatever the ranks
 
 
 def test_a_bad_key_is_named(capsys):

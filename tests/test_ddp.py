@@ -20,6 +20,7 @@ import torch
 from ddp_helpers import digest, task_key
 from test_fit import _override
 
+pytestmark = pytest.mark.slow  # several processes a test: the slow stage of .ci/run
 REPO = Path(__file__).resolve().parents[1]
 DDP = ["--trainer.strategy", "ddp_find_unused_parameters_true"]
 FSDP2 = ["--trainer.strategy", "lightning.pytorch.strategies.ModelParallelStrategy",
@@ -68,7 +69,7 @@ def _run(tmp: Path, cache: Path, max_epochs: int, callbacks: list, *args: str, t
 def test_ranks_shard_rollouts_and_keep_pools_metrics_and_weights_global(tmp_path, cache, strategy):
     reports = tmp_path / "reports"
     callbacks = [{"class_path": "ddp_helpers.RankReport", "init_args": {"out_dir": str(reports), "starve_rank": 1}}]
-    # 3 seeds: rank 0 generates from 2, rank 1 from 1, so rank 1 runs out of steps first (padding);
+    # 3 seeds: rank 0 generates from 2, rank 1 from 1, so the ranks hold different shares of each step;
     # small batches make several steps per epoch.
     rc, out, _ = _run(tmp_path, cache, 2, callbacks, *strategy, "--data.coevo.seeds_per_epoch", "3",
                       "--data.coevo.base_tasks_per_epoch", "0", "--data.coevo.agent_batch_size", "2",
@@ -81,10 +82,10 @@ def test_ranks_shard_rollouts_and_keep_pools_metrics_and_weights_global(tmp_path
     for epoch in ("0", "1"):
         s0, s1 = set(r0["seeds"][epoch]), set(r1["seeds"][epoch])
         assert s0 and s1 and not s0 & s1, (epoch, s0, s1)
-    # The same number of training steps on both ranks: the rank with less data ran empty steps
-    # (DDP: it joins the gradient all-reduce with zeros; FSDP: it runs a blank batch, loss times 0).
+    # The same training steps on both ranks (cut from the whole epoch); rank 1, starved of its agent rows in
+    # each epoch's first step, joined that step all the same (DDP: the gradient all-reduce with zeros; FSDP: a
+    # blank batch, loss times 0), or the weights below would differ or the run would hang.
     assert r0["steps"] == r1["steps"]
-    assert sum(r1["empty_steps"].values()) >= 1, (r0["steps"], r1["empty_steps"])
     # DDP kept the weights equal; the checkpoint holds them.
     assert r0["agent"] == r1["agent"] and r0["simulator"] == r1["simulator"]
     assert r0["counters"] == r1["counters"] and r0["counters"]["agent_updates"] >= 1

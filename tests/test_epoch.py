@@ -14,7 +14,7 @@ from genenv_pl.config import CoevoConfig
 from genenv_pl.epoch import EpochState, build_steps, env_entries, plan, score, simulator_samples
 from genenv_pl.losses import group_advantages
 from genenv_pl.pools import Pools
-from genenv_pl.seam import Part, merge
+from genenv_pl.seam import Part, RankSeam, merge
 from test_difficulty_unit import ENV, _batch, _gen
 
 
@@ -89,15 +89,32 @@ def test_build_steps_pairs_each_simulator_chunk_with_its_d_env_entries():
     assert sorted(e["text"] for es in entries for e in es) == [f"g{i}" for i in range(5)]
 
 
-def test_merge_joins_the_ranks_parts_in_rank_order():
-    b0, b1 = _batch([[True, False]]), _batch([[False, False]])
-    g0, g1 = _group(b0.tasks[0], [1.0, 0.0], 0), _group(b1.tasks[0], [0.0, 0.0], 0)
-    r0 = Part({"a": 0.5}, [{"t": 0}], [[{"e": 0}], [{"e": 1}]], [b0], [g0], 0, 2, 1.0, 1)
-    r1 = Part({"b": 0.0}, [{"t": 1}], [[{"e": 2}]], [b1], [g1, _group(b1.tasks[0], [1.0], None, "base")], 1, 1, 3.0, 0)
+def test_merge_puts_the_ranks_parts_in_the_one_rank_order():
+    """Rank 0 wrote for seed positions 0 and 2, rank 1 for position 1 (round robin): the whole epoch has the
+    batches by position and the groups by their place in the work list, each fresh group's seed index
+    pointing at its batch in the joined list."""
+    b0, b2, b1 = _batch([[True, False]]), _batch([[True, True]]), _batch([[False, False]])
+    b0.position, b2.position, b1.position = 0, 2, 1
+    g0, g2 = _group(b0.tasks[0], [1.0, 0.0], 0), _group(b2.tasks[0], [1.0, 1.0], 1)
+    g1, base = _group(b1.tasks[0], [0.0, 0.0], 0), _group(b1.tasks[0], [1.0], None, "base")
+    g0.order, g2.order, g1.order, base.order = 0, 2, 1, 3
+    r0 = Part({"a": 0.5}, [b0, b2], [g0, g2], 1.0, 1)
+    r1 = Part({"b": 0.0}, [b1], [g1, base], 3.0, 0)
     whole = merge([r0, r1])
-    assert whole.rates == {"a": 0.5, "b": 0.0} and whole.train == [{"t": 0}, {"t": 1}]
-    assert whole.env == [[{"e": 0}, {"e": 2}], [{"e": 1}]]  # step i: every rank's step i
-    assert [g.seed_index for g in whole.groups] == [0, 1, None]  # rank 1's seed batch is the second one
-    assert whole.batches[whole.groups[1].seed_index] is b1
-    assert (whole.zero_std, whole.steps, whole.seconds, whole.overlong) == (1, 2, 3.0, 1)
-    assert merge([r0]).env == r0.env and torch.tensor(0).item() == 0
+    assert whole.rates == {"a": 0.5, "b": 0.0}
+    assert whole.batches == [b0, b1, b2]
+    assert [g.order for g in whole.groups] == [0, 1, 2, 3] and [g.seed_index for g in whole.groups] == [0, 1, 2, None]
+    assert [whole.batches[g.seed_index] for g in whole.groups[:3]] == [b0, b1, b2]
+    assert (whole.seconds, whole.overlong) == (3.0, 1)
+
+
+def test_the_task_budget_takes_the_first_tasks_of_the_whole_work_list():
+    """One process: fresh tasks by seed position, then the plan's other tasks, cut at the budget."""
+    seam = RankSeam(None)
+    b0, b1 = _batch([[True], [True]]), _batch([[True]])
+    b0.position, b1.position = 0, 1
+    others = [(t, "base") for t in ENV.seed_tasks()[:2]]
+    work = seam.work([b0, b1], {0: 2, 1: 1}, others, None)
+    assert [(w[1], w[2], w[3]) for w in work] == [("fresh", 0, 0), ("fresh", 0, 1), ("fresh", 1, 2), ("base", None, 3),
+                                                  ("base", None, 4)]
+    assert [w[3] for w in seam.work([b0, b1], {0: 2, 1: 1}, others, 4)] == [0, 1, 2, 3]

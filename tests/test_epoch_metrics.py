@@ -71,7 +71,7 @@ def test_reward_sum(batch, expected):
 
 
 def _part(groups: list[Group]) -> Part:
-    return Part(groups=groups, steps=1, seconds=1.0)
+    return Part(groups=groups, seconds=1.0)
 
 
 def test_epoch_metrics_count_every_ranks_tasks_before_dividing():

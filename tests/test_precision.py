@@ -56,8 +56,9 @@ def fp32_of(settings: dict) -> dict:
 
 
 def _policy(s: dict) -> PolicyConfig:
-    lora = LoraSettings(r=8, alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                       "down_proj"]) if s["lora"] else LoraSettings()
+    lora = LoraSettings(r=8, alpha=16, dropout=s.get("dropout", 0.0),
+                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]) \
+        if s["lora"] else LoraSettings()
     return PolicyConfig(model="tiny", dtype=s["dtype"], tiny=SPEC, lora=lora, warm_start=WarmStartConfig(steps=0))
 
 
@@ -88,6 +89,9 @@ class FirstStep(L.Callback):
             self.after = _weights(module)
             trainer.should_stop = True
 
+    def on_train_end(self, trainer, module):
+        self.metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+
     def update(self, role: str) -> torch.Tensor:
         return torch.cat([(a - b).flatten() for a, b in zip(self.after[role], self.before[role])])
 
@@ -98,7 +102,7 @@ def _weights(module) -> dict[str, list[torch.Tensor]]:
 
 
 def run(s: dict, cache: Path, tmp: Path, step: Step | None = None, old_logp: str = "auto",
-        temperature: float = 1.0) -> FirstStep:
+        temperature: float = 1.0, lr: dict[str, float] = PAPER_LR) -> FirstStep:
     """One training step of the tiny models under settings `s` (a fresh generation epoch, or `step`)."""
     from genenv_pl.module import GenEnvModule
 
@@ -111,8 +115,8 @@ def run(s: dict, cache: Path, tmp: Path, step: Step | None = None, old_logp: str
     dm = FixedStep(step, **data) if step is not None else GenEnvDataModule(**data)
     module = GenEnvModule(
         agent=_policy(s), simulator=_policy(s), grpo=GRPOConfig(old_logp=old_logp), rwr=RWRConfig(),
-        agent_optimizer=lambda ps: torch.optim.AdamW(ps, lr=PAPER_LR["agent"]),
-        simulator_optimizer=lambda ps: torch.optim.AdamW(ps, lr=PAPER_LR["simulator"]),
+        agent_optimizer=lambda ps: torch.optim.AdamW(ps, lr=lr["agent"]),
+        simulator_optimizer=lambda ps: torch.optim.AdamW(ps, lr=lr["simulator"]),
         cache_dir=str(cache), eval_at_start=False, shared_base=s["shared_base"])
     probe = FirstStep()
     trainer = L.Trainer(accelerator="cpu", devices=1, precision=s["precision"], max_epochs=1, limit_val_batches=0,
@@ -238,6 +242,25 @@ def test_on_the_first_step_the_ratio_is_one(monkeypatch, cache, tmp_path):
     assert sampled > 1e-4 and sampled > 10 * recomputed
 
 
+def test_dropout_is_off_in_every_pass_of_an_update(monkeypatch, cache, fp32_reference, tmp_path):
+    """LoRA dropout 0.1 (fp32, old log-probs recomputed): on the first step the ratio is exactly 1, because the
+    old log-probs and the training forward are one function; and the simulator step's KL, which the cap
+    compares, and the step itself are those of dropout 0. With dropout on in the update, each pass draws its
+    own mask: neither would hold."""
+    s = fp32_of(gpu_settings("alfworld"))
+    assert s["lora"]
+    assert _first_ratio_deviation(monkeypatch, {**s, "dropout": 0.1}, cache, tmp_path / "ratio", "recompute") == 0.0
+    monkeypatch.undo()
+    step, _ = fp32_reference
+    lr = {"agent": 1e-3, "simulator": 1e-3}  # (at the paper's, one LoRA step moves the KL below fp32's resolution)
+    runs = {p: run({**s, "dropout": p}, cache, tmp_path / str(p), step=step, old_logp="recompute", lr=lr)
+            for p in (0.0, 0.1)}
+    kl = {p: r.metrics["sim/update_kl"] for p, r in runs.items()}
+    assert kl[0.0] > 0 and kl[0.1] == kl[0.0], kl
+    for role in ("agent", "simulator"):
+        assert torch.equal(runs[0.1].update(role), runs[0.0].update(role)), role
+
+
 # ---- (d) ------------------------------------------------------------------------------------
 def test_bf16_weights_without_masters_lose_the_update(monkeypatch, cache, fp32_reference, tmp_path):
     """The old configs' combination (bf16-true, bf16 weights, AdamW at 1e-6): most of the update rounds
@@ -258,3 +281,13 @@ def test_bf16_trainable_weights_are_refused_naming_the_key(cache, tmp_path):
     s = {"precision": "bf16-true", "dtype": "bfloat16", "lora": False, "shared_base": False}
     with pytest.raises(ValueError, match=r"model\.agent\.dtype: .*bf16-mixed"):
         run(s, cache, tmp_path)
+
+
+def test_fp16_training_is_refused_naming_the_key(capsys):
+    """fp16 needs a gradient scaler that the manual updates do not drive: `fit` stops in one line."""
+    from genenv_pl.cli import cli_main
+
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["fit", "--config", str(REPO / "configs/quickstart.yaml"), "--trainer.precision", "16-mixed",
+                  "--trainer.logger", "false", "--model.cache_dir", str(REPO / ".cache" / "fp16-refusal")])
+    assert "trainer.precision 16-mixed" in str(exit_.value) and "bf16-mixed" in str(exit_.value)

@@ -14,6 +14,7 @@ import yaml
 
 from test_ddp import FSDP2, _run
 
+pytestmark = pytest.mark.slow  # several processes a test: the slow stage of .ci/run
 REPO = Path(__file__).resolve().parents[1]
 # The simulator in the quickstart agent's shape (the test override's simulator is a 2-layer, 64-wide model)
 SIM_AS_AGENT = [f"--model.simulator.tiny.{k}" for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads",

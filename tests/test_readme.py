@@ -104,3 +104,27 @@ def test_every_config_key_the_readme_names_resolves(capsys):
     unknown = sorted(k for k in keys if not any(_has(c, k) for c in configs)
                      and not (k.startswith("data.env_args.") and k.split(".")[2] in env_params))
     assert not unknown, f"the README names config keys that do not exist: {unknown}"
+
+
+def test_the_scaling_examples_train_the_papers_global_batch_on_1_8_and_16_gpus(capsys):
+    """The README's 1-, 8- and 16-GPU commands: batch sizes are global, so each trains on the paper's 64 tasks
+    per agent step, and FSDP2's data-parallel mesh spans every rank."""
+    from genenv_pl.epoch import epoch_shape
+    from genenv_pl.config import CoevoConfig
+
+    worlds = {}
+    for argv in _commands():
+        if argv[:3] != ["fit", "--config", "configs/alfworld.yaml"]:
+            continue
+        t = (cfg := _resolved(capsys, argv))["trainer"]
+        world = t["devices"] * t["num_nodes"]
+        coevo = cfg["data"]["coevo"]
+        worlds[world] = coevo
+        assert coevo["agent_batch_size"] == 64, argv
+        if "ModelParallelStrategy" in str(t["strategy"]):
+            assert t["strategy"]["init_args"]["data_parallel_size"] == world, argv
+        shape = epoch_shape(CoevoConfig(seeds_per_epoch=coevo["seeds_per_epoch"], agent_batch_size=64,
+                                        base_tasks_per_epoch=coevo["base_tasks_per_epoch"],
+                                        replay_tasks_per_epoch=coevo["replay_tasks_per_epoch"]), world, 1, 0)
+        assert "agent steps of 64 tasks (global batch" in shape, shape
+    assert {1, 8, 16} <= set(worlds), sorted(worlds)

