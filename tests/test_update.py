@@ -175,7 +175,9 @@ def test_run_steps_a_role_with_a_batch_and_reports_whether_its_step_was_kept():
     m = _Module(kl_cap=0.05)
     updater = Updater(m)
     step = lambda b: updater.apply("sim", _losses(m.simulator, b["x"]), kl_of_update=lambda: (b["kl"], 1.0))  # noqa: E731
-    assert updater.run("sim", {"x": X1, "kl": 0.0}, step) is True
-    assert updater.run("sim", {"x": X1, "kl": 1.0}, step) is False  # undone by the cap
+    packed = {"input_ids": torch.zeros(1, 2, dtype=torch.long), "response_mask": torch.ones(1, 2)}  # (a batch's shape)
+    assert updater.run("sim", {"x": X1, "kl": 0.0, **packed}, step) is True
+    assert updater.totals["sim"] == (1.0, 2.0)  # the step's rows and response tokens (one process: its own)
+    assert updater.run("sim", {"x": X1, "kl": 1.0, **packed}, step) is False  # undone by the cap
     assert updater.run("sim", None, step) is False  # no batch: nothing to step
     assert m.counters["sim_updates"] == 1 and m.counters["sim_skipped_kl"] == 1
