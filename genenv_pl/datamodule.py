@@ -145,14 +145,14 @@ class GenEnvDataModule(L.LightningDataModule):
         return self.cfg.agent_task_budget is not None and self.tasks_seen >= self.cfg.agent_task_budget
 
     def val_dataloader(self) -> DataLoader:
-        return self._eval_loader()
+        return self._eval_loader(self.env.val_tasks())
 
     def test_dataloader(self) -> DataLoader:
-        return self._eval_loader()
+        return self._eval_loader(self.env.eval_tasks())
 
-    def eval_tasks(self) -> list[Task]:
-        """The environment's held-out tasks, optionally capped per group (in the environment's order)."""
-        tasks, limit = self.env.eval_tasks(), self.cfg.eval_limit_per_group
+    def eval_tasks(self, tasks: list[Task] | None = None) -> list[Task]:
+        """Held-out tasks (default: the environment's test set), optionally capped per group (in their order)."""
+        tasks, limit = self.env.eval_tasks() if tasks is None else tasks, self.cfg.eval_limit_per_group
         if limit is None:
             return tasks
         taken: dict[str, int] = {}
@@ -163,12 +163,12 @@ class GenEnvDataModule(L.LightningDataModule):
                 kept.append(t)
         return kept
 
-    def _eval_loader(self) -> DataLoader:
+    def _eval_loader(self, tasks: list[Task]) -> DataLoader:
         """This rank's evaluation batches. The batches are cut from the whole held-out set the same way
         whatever the number of ranks (`eval_batches`), and dealt to the ranks whole: every task is answered
         once, in the batch it would have on one rank, so N ranks give the one-rank answers (Lightning's
         DistributedSampler would pad the set with repeats and regroup it)."""
-        batches = eval_batches(self.eval_tasks(), self.cfg.eval_batch_size,
+        batches = eval_batches(self.eval_tasks(tasks), self.cfg.eval_batch_size,
                                lambda t: sum(len(m["content"]) for m in self.env.agent_prompt(t)))
         sync = RankSync(self.trainer)
         return DataLoader(EvalBatches(batches[sync.rank :: sync.world] if sync.distributed else batches,

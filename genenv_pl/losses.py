@@ -74,6 +74,7 @@ class GRPOTerms:
     kl: Tensor
     entropy: Tensor
     clip_frac: Tensor
+    kl_seq: Tensor  # KL(pi || pi_ref) of a reply: its tokens' k3 summed, mean over replies (not a loss term)
 
 
 def grpo_loss(
@@ -87,16 +88,24 @@ def grpo_loss(
     kl_coef: float = 0.001,
     entropy_coef: float = 0.001,
     n_tokens: float | None = None,
+    n_rows: float | None = None,
 ) -> GRPOTerms:
     """GRPO objective: clipped surrogate + kl_coef * low_var_kl(pi || pi_ref) - entropy_coef * H.
 
-    Every term is a mean over response tokens; `n_tokens` (the whole step's count) makes the terms of
-    its micro-batches add up to the whole step's."""
+    Every term is a mean over response tokens; `n_tokens` and `n_rows` (the whole step's counts) make the
+    terms of its micro-batches add up to the whole step's. Also `kl_seq`, the KL of a reply (summed over its
+    tokens, mean over replies), for the logs: a token mean is diluted by tokens every reply writes alike (a
+    fixed preamble), where the policy has moved nowhere."""
     pg = clipped_surrogate(logp, logp_old, advantages, mask, clip_eps, n_tokens)
-    kl = masked_mean(low_var_kl(logp, logp_ref), mask, n_tokens) if logp_ref is not None else torch.zeros_like(pg)
+    if logp_ref is not None:
+        kl_tokens = low_var_kl(logp, logp_ref) * mask.to(logp.dtype)
+        kl = kl_tokens.sum() / (n_tokens if n_tokens is not None else mask.sum().clamp(min=1.0))
+        kl_seq = kl_tokens.detach().sum() / (n_rows if n_rows is not None else max(logp.shape[0], 1))
+    else:
+        kl, kl_seq = torch.zeros_like(pg), torch.zeros_like(pg).detach()
     ent = masked_mean(entropy, mask, n_tokens)
     clip_frac = masked_mean(clip_active(logp, logp_old, advantages, clip_eps).float(), mask, n_tokens)
-    return GRPOTerms(pg + kl_coef * kl - entropy_coef * ent, pg, kl, ent, clip_frac.detach())
+    return GRPOTerms(pg + kl_coef * kl - entropy_coef * ent, pg, kl, ent, clip_frac.detach(), kl_seq)
 
 
 def clip_active(logp: Tensor, logp_old: Tensor, advantages: Tensor, clip_eps: float = 0.2) -> Tensor:

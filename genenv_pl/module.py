@@ -407,7 +407,7 @@ class GenEnvModule(L.LightningModule):
         One optimizer step over the batch, in micro-batches of `grpo.micro_batch_size` rollouts."""
         micro = self.updater.micro_batches("agent", b)
         # the whole step's token count (every rank's): the micro-batches' and the ranks' terms add up to the step's
-        n_tokens = self.updater.totals["agent"][1]
+        n_rows, n_tokens = self.updater.totals["agent"]
         terms: list[GRPOTerms] = []
 
         def losses():
@@ -418,7 +418,7 @@ class GenEnvModule(L.LightningModule):
                                                           share_prompts=self._share_prompts)
                 logp_ref = self._ref_logprobs(self.agent, self.agent_ref, mb) if self.grpo.kl_coef > 0 else None
                 t = grpo_loss(logp, mb["old_logp"], logp_ref, entropy, mb["advantages"], mask,
-                              self.grpo.clip_eps, self.grpo.kl_coef, self.grpo.entropy_coef, n_tokens)
+                              self.grpo.clip_eps, self.grpo.kl_coef, self.grpo.entropy_coef, n_tokens, n_rows)
                 terms.append(_detached(t))
                 yield t.loss
 

@@ -197,9 +197,9 @@ def test_micro_batch_terms_with_the_steps_counts_add_up_to_the_whole_batch(split
         rows = slice(i, i + n)
         i += n
         parts_g.append(grpo_loss(logp[rows], old[rows], ref[rows], ent[rows], adv[rows], mask[rows], 0.2, 0.1, 0.01,
-                                 n_tokens=n_tokens))
+                                 n_tokens=n_tokens, n_rows=4))
         parts_r.append(rwr_loss(logp[rows], ref[rows], weights[rows], mask[rows], 0.3, n_rows=4, n_tokens=n_tokens))
-    for name in ("loss", "pg_loss", "kl", "entropy", "clip_frac"):
+    for name in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "kl_seq"):
         assert sum(getattr(t, name) for t in parts_g).item() == pytest.approx(getattr(whole_g, name).item(), abs=1e-6)
     for name in ("loss", "nll", "kl"):
         assert sum(getattr(t, name) for t in parts_r).item() == pytest.approx(getattr(whole_r, name).item(), abs=1e-6)
@@ -248,3 +248,24 @@ def test_clipped_surrogate_is_finite_forward_and_backward_at_extreme_log_ratios(
         loss.backward()
         assert torch.isfinite(logp.grad).all(), (d, adv, logp.grad)
     assert torch.isfinite(grpo_loss(logp, logp_old, None, torch.zeros(1, 2), torch.tensor([adv]), mask).clip_frac)
+
+
+@pytest.mark.parametrize("kl_rows, mask, tokens_mean, reply_mean", [
+    # per-token k3 values of two replies; the token mean is diluted by tokens that did not move, the reply sum not
+    ([[0.0, 0.0, 0.0, 0.3], [0.0, 0.0, 0.0, 0.1]], [[1, 1, 1, 1], [1, 1, 1, 1]], 0.05, 0.2),
+    ([[0.2, 0.0, 0.0, 0.0], [0.4, 0.9, 0.0, 0.0]], [[1, 0, 0, 0], [1, 0, 0, 0]], 0.3, 0.3),  # masked tokens count nowhere
+    ([[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[1, 1, 0, 0], [0, 0, 0, 0]], 0.5, 0.5),  # an empty row: 2 rows
+])
+def test_kl_of_a_reply_sums_its_tokens(kl_rows, mask, tokens_mean, reply_mean):
+    """kl_seq: each reply's k3 summed over its tokens, mean over the replies; kl: the mean over tokens."""
+    # logp_ref - logp = d with exp(d) - d - 1 = k: solve for d >= 0 numerically
+    k = torch.tensor(kl_rows, dtype=torch.float64)
+    d = torch.zeros_like(k)
+    for _ in range(60):  # Newton on f(d) = exp(d) - d - 1 - k, from d = 1 where k > 0
+        d = torch.where(k > 0, torch.where(d == 0, torch.ones_like(d), d), d)
+        d = d - (torch.exp(d) - d - 1 - k) / torch.where(k > 0, torch.exp(d) - 1, torch.ones_like(d))
+    logp = torch.full_like(k, -2.0)
+    m = torch.tensor(mask, dtype=torch.float64)
+    t = grpo_loss(logp, logp, logp + d, torch.zeros_like(k), torch.zeros(2, dtype=torch.float64), m)
+    assert float(t.kl) == pytest.approx(tokens_mean, abs=1e-9)
+    assert float(t.kl_seq) == pytest.approx(reply_mean, abs=1e-9)

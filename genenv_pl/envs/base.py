@@ -141,6 +141,12 @@ class Environment(ABC):
         val/accuracy_<group> (keep groups few and metric-name friendly); `data.coevo.eval_limit_per_group`
         takes the first tasks of each group in this order."""
 
+    def val_tasks(self) -> list[Task]:
+        """The validation set: what `fit` validates on, and so what a learning rate, a budget or an early stop
+        is chosen on. Disjoint from `seed_tasks`; an environment with a split of its own keeps it disjoint from
+        `eval_tasks` too, so that nothing is chosen on the test set. Default: `eval_tasks`."""
+        return self.eval_tasks()
+
     # ---- simulator side -----------------------------------------------------------------
     @abstractmethod
     def simulator_prompt(self, seed: Task, success_rate: float | None) -> list[Message]:

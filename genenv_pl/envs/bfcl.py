@@ -112,7 +112,7 @@ ADDED_FUNCTIONS_PROMPT = "I have updated some more functions you can choose from
 NO_CALL_REPLY = "<response>I cannot do this with the functions and information I have.</response>"
 
 
-def split_bucket(entry_id: str, split_seed: int) -> float:
+def split_bucket(entry_id: str, split_seed: int | str) -> float:
     """A stable pseudo-random number in [0, 1) for an id."""
     digest = hashlib.sha1(f"{split_seed}:{entry_id}".encode()).hexdigest()
     return int(digest[:15], 16) / 16**15
@@ -387,6 +387,7 @@ class BFCLEnv(Environment):
         categories: list[str] | None = None,
         eval_fraction: float = 0.5,
         split_seed: int = 0,
+        val_fraction: float = 0.0,
         max_state_chars: int = 4000,
         max_seed_tools: int = 8,
         simulator_writes: Literal["task", "request"] = "task",
@@ -403,6 +404,10 @@ class BFCLEnv(Environment):
                 `SUPPORTED`; `memory` and `web_search` need live tools and are refused.
             eval_fraction: share of entries held out for evaluation (by hash of the entry id).
             split_seed: salt of the split hash; change it for a different split.
+            val_fraction: share of the held-out entries set apart as the validation split (by a second hash
+                of the entry id, salted "validation:<split_seed>"): what `fit` validates on and every choice
+                (learning rate, budget) is made on. The rest is the test split (`eval_tasks`, what `test`
+                scores). 0 (default): no validation split; `fit` validates on the held-out entries.
             max_state_chars: multi-turn only: the initial backend state shown to the agent is
                 cut to this many characters.
             max_seed_tools: the simulator sees full schemas of the gold functions plus other seed
@@ -442,8 +447,11 @@ class BFCLEnv(Environment):
             raise ConfigError(f"data.env_args.extra_seed_categories repeats {both} from data.env_args.categories")
         if not 0.0 <= eval_fraction <= 1.0:
             raise ValueError("eval_fraction must be in [0, 1]")
+        if not 0.0 <= val_fraction < 1.0:
+            raise ConfigError(f"data.env_args.val_fraction: share of the held-out entries for validation, in [0, 1); "
+                              f"got {val_fraction}")
         self.root = resolve_data_root(data_root, "bfcl")
-        self.eval_fraction, self.split_seed = eval_fraction, split_seed
+        self.eval_fraction, self.split_seed, self.val_fraction = eval_fraction, split_seed, val_fraction
         self.max_state_chars, self.max_seed_tools = max_state_chars, max_seed_tools
         if simulator_writes not in ("task", "request"):
             raise ValueError(f"simulator_writes must be 'task' or 'request', got {simulator_writes!r}")
@@ -451,10 +459,15 @@ class BFCLEnv(Environment):
         self._docs: dict[str, list[ToolSchema]] = {}
         self._seed: list[Task] = []
         self._eval: list[Task] = []
+        self._val: list[Task] = []
         for category in self.categories:
             for entry_id, tasks in self._load_category(category):
-                held_out = split_bucket(entry_id, split_seed) < eval_fraction
-                (self._eval if held_out else self._seed).extend(tasks)
+                if split_bucket(entry_id, split_seed) >= eval_fraction:
+                    self._seed.extend(tasks)
+                elif split_bucket(entry_id, f"validation:{split_seed}") < val_fraction:
+                    self._val.extend(tasks)
+                else:
+                    self._eval.extend(tasks)
         for category in self.extra_seed_categories:
             for entry_id, tasks in self._load_category(category):
                 if split_bucket(entry_id, split_seed) >= eval_fraction:
@@ -462,7 +475,7 @@ class BFCLEnv(Environment):
                                       or sum(len(m["content"]) for m in self.agent_prompt(t)) <= extra_seed_max_chars)
         # Requests a generation may not copy: a seed's (a copy teaches nothing new) or an evaluation
         # item's (it would leak the held-out set into training).
-        self._known_requests = {normalize_text(self._question(t.data)): "copies_eval" for t in self._eval}
+        self._known_requests = {normalize_text(self._question(t.data)): "copies_eval" for t in self._val + self._eval}
         self._known_requests.update({normalize_text(self._question(t.data)): "copies_seed" for t in self._seed})
 
     # ---- data -------------------------------------------------------------------------------
@@ -471,6 +484,9 @@ class BFCLEnv(Environment):
 
     def eval_tasks(self) -> list[Task]:
         return list(self._eval)
+
+    def val_tasks(self) -> list[Task]:
+        return list(self._val) if self.val_fraction > 0 else self.eval_tasks()
 
     def _path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)

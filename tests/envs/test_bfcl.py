@@ -381,6 +381,31 @@ def test_split_is_disjoint_deterministic_and_by_entry(env: BFCLEnv, data_root: s
     assert BFCLEnv(categories=["parallel"], eval_fraction=1.0).seed_tasks() == []
 
 
+def test_a_validation_split_is_carved_from_the_held_out_half_and_leaves_the_seeds_alone() -> None:
+    """docs/results/protocol.md's split: a third of the held-out entries (by a second, salted hash) for
+    validation, the rest the test split; seeds, the requests a generation may not copy and the warm start's
+    examples (and so the cached warm starts) stay as they were."""
+    from genenv_pl.datamodule import GenEnvDataModule
+
+    args = {"categories": ["simple_python", "multiple"], "simulator_writes": "request", "sim_prompt": "rule"}
+    whole, split = BFCLEnv(**args), BFCLEnv(**args, val_fraction=1 / 3)
+    val, test = {t.id for t in split.val_tasks()}, {t.id for t in split.eval_tasks()}
+    assert (len(split.seed_tasks()), len(val), len(test)) == (241, 76, 163)
+    assert not val & test and val | test == {t.id for t in whole.eval_tasks()}
+    assert all(split_bucket(i, "validation:0") < 1 / 3 for i in val)
+    assert [t.id for t in split.seed_tasks()] == [t.id for t in whole.seed_tasks()]
+    assert split._known_requests == whole._known_requests
+    for role in ("agent", "simulator"):
+        assert split.warm_start_examples(role, 64, 0) == whole.warm_start_examples(role, 64, 0)
+    assert [t.id for t in whole.val_tasks()] == [t.id for t in whole.eval_tasks()]  # no split: validate on held-out
+    # fit validates on the validation split, test scores the test split
+    dm = GenEnvDataModule(env="bfcl", env_args={**args, "val_fraction": 1 / 3})
+    assert {t.id for b in dm.val_dataloader() for t in b.tasks} == val
+    assert {t.id for b in dm.test_dataloader() for t in b.tasks} == test
+    with pytest.raises(ConfigError, match="val_fraction"):
+        BFCLEnv(**args, val_fraction=1.0)
+
+
 def test_default_and_registry(data_root: str) -> None:
     env = make_env("bfcl", data_root=data_root)
     assert {t.group for t in env.seed_tasks() + env.eval_tasks()} == {"multi_turn_long_context"}
