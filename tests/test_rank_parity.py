@@ -240,3 +240,21 @@ def test_seed_everything_decides_the_run(tmp_path, checkpoint):
     pinned = _fit(tmp_path / "d", cache, None, "", 1, "ddp", "--seed_everything", "2", "--data.seed", "1",
                   "--trainer.max_epochs", "1")[0][0]["rounds"]
     assert pinned == rounds["a"]  # set, data.seed is what decides
+
+
+@pytest.mark.parametrize("devices,kind", [(2, "ddp"), (2, "fsdp2")], ids=["2-ddp", "2-fsdp2"])
+def test_the_start_of_training_score_covers_the_set_later_validations_do(tmp_path, checkpoint, devices, kind):
+    """On N ranks the starting agent is scored on the validation loop's batches and ranks: with nothing
+    learned (lr 0), the score at the start and after the epoch are the same, group by group."""
+    _, cache = checkpoint
+    frozen = ["--model.agent_optimizer.init_args.lr", "0.0", "--model.simulator_optimizer.init_args.lr", "0.0",
+              "--model.eval_at_start", "true", "--trainer.limit_val_batches", "1.0",
+              "--trainer.check_val_every_n_epoch", "1", "--trainer.max_epochs", "1"]
+    _, extra = _fit(tmp_path, cache, None, "", devices, kind, *frozen)
+    summary = extra["out"][extra["out"].index("[genenv] run summary: fit"):]
+    start_end = [line.split() for line in summary.splitlines()[1:8] if "->" in line]
+    assert len(start_end) == 7, summary[:1500]  # overall and the 6 levels
+    for words in start_end:
+        i = words.index("->")
+        start, end = words[i - 1], words[i + 2] if words[i + 1] == "end" else words[i + 1]
+        assert start == end, (words, summary[:1500])
