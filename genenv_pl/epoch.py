@@ -142,10 +142,12 @@ def run_epoch(env: Environment, cfg: CoevoConfig, learner: Learner, curriculum: 
     # The epoch's steps, cut from the whole epoch alike on every rank; each rank packs its own rows of them.
     simulator = learner.policy("simulator")
     samples = _samples(cfg, whole.batches, p.env_replay)
-    own = _own(cfg, groups, batches, p.env_replay, seam, simulator)
-    steps, chunks, whole.zero_std = build_steps(cfg, whole.groups, samples, (learner.policy("agent").pad_id,
-                                                simulator.pad_id), learner.advantages, state.rng,
-                                                learner.grpo_iterations, learner.old_logprobs, own)
+    with seam.guard() as failure:  # (packing, and recomputing old log-probs, can fail on one rank too)
+        own = _own(cfg, groups, batches, p.env_replay, seam, simulator)
+        steps, chunks, whole.zero_std = build_steps(cfg, whole.groups, samples, (learner.policy("agent").pad_id,
+                                                    simulator.pad_id), learner.advantages, state.rng,
+                                                    learner.grpo_iterations, learner.old_logprobs, own)
+    seam.agree(failure, "building the epoch's steps")
     env_by_step = env_entries(epoch, chunks)
     weigh(steps, [e["r_env"] for step in env_by_step for e in step] + [e["r_env"] for e in p.env_replay],
           learner.rwr_lambda)

@@ -134,6 +134,12 @@ class RankSeam:
                 out[name] = out.get(name, 0) + n
         return out
 
+    def agree(self, failure: Failure, phase: str) -> None:
+        """Every rank raises if any rank's guarded block failed, instead of the others waiting for it in the
+        next collective (one process: the guard has raised already)."""
+        if self.distributed:
+            self.sync.exchange(None, failure, phase)
+
     def exchange(self, part: Part | None, failure: Failure) -> Part:
         """The whole epoch from every rank's part (None: this rank failed; then every rank raises)."""
         if self.distributed and part is not None:
