@@ -23,6 +23,7 @@ TINY = REPO / "configs/tiny/alfworld.yaml"
 EVAL_GROUPS = 5
 
 
+@pytest.mark.slow  # an ALFWorld fit, test and episodes with tiny models (about 95 s): the slow stage of .ci/run
 def test_tiny_override_fits_and_tests_offline(tmp_path):
     needs_engine("alfworld")
     needs_engine("textworld")

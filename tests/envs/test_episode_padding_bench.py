@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from test_alfworld import needs_engine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,6 +22,7 @@ def _bench():
     return module
 
 
+@pytest.mark.slow  # a benchmark's end-to-end run (about 100 s): the slow stage of .ci/run
 def test_padding_ab_times_both_ways_of_sending_one_round(tmp_path):
     needs_engine("textworld")
     out = tmp_path / "episode_padding.md"
