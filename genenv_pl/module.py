@@ -107,17 +107,6 @@ class GenEnvModule(L.LightningModule):
         self.register_state_dict_post_hook(_drop_references)
         self.register_load_state_dict_post_hook(_references_not_missing)
 
-    def train(self, mode: bool = True) -> "GenEnvModule":
-        """Lightning's train/eval switch, with dropout always off. Every forward pass of an RL update must be
-        the function that measured it: the old log-probs (the ratio's denominator, 1 on an epoch's first
-        step), the reference log-probs, the simulator before and after a step (the KL cap), and generation.
-        With dropout on, each pass draws its own mask and the ratio and the cap measure noise. TRL
-        (`disable_dropout`), OpenRLHF and verl train their policies so too. LoRA's `dropout` still acts in
-        the supervised warm start, which trains outside this module."""
-        super().train(mode)
-        _dropout_off(self)
-        return self
-
     # ---- what the data module gets --------------------------------------------------------
     def setup(self, stage: str) -> None:
         # After the callbacks' setup (the curriculum has handed itself over) and before any model is built:
@@ -189,10 +178,10 @@ class GenEnvModule(L.LightningModule):
         self._build_policies()
         if self.trainer.global_rank == 0:
             strategy.barrier("genenv_build_policies")
+        _dropout_off(self)  # before sharding: the generation replicas are copies
         self._sharded = sharding(strategy)
         if self._sharded:
             self._shard_policies(strategy)
-        _dropout_off(self)  # (Lightning keeps each submodule's mode as built; see `train`)
 
     def _shard_policies(self, strategy) -> None:
         """FSDP: the agent, the simulator and each reference model are sharded on their own, decoder
@@ -608,9 +597,16 @@ def _check_strategy(strategy) -> None:
 
 
 def _dropout_off(module: torch.nn.Module) -> None:
+    """Dropout off in every forward pass of co-evolution, for good. Each pass of an RL update must be the function
+    that measured it: the old log-probs (the ratio's denominator, 1 on an epoch's first step), the reference
+    log-probs, the simulator before and after a step (the KL cap), and generation; with dropout on, each pass
+    draws its own mask and the ratio and the cap measure noise. TRL (`disable_dropout`), OpenRLHF and verl
+    train their policies so too. Its probability is set to 0, not the module put in eval mode: Lightning keeps
+    each module's mode as built and PEFT switches adapters' modes when it activates one. (LoRA's `dropout`
+    acts in the supervised warm start, which has run by now.)"""
     for m in module.modules():
         if isinstance(m, torch.nn.modules.dropout._DropoutNd):
-            m.eval()
+            m.p = 0.0
 
 
 def _check_precision(precision: str) -> None:
