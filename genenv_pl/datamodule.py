@@ -171,8 +171,8 @@ class GenEnvDataModule(L.LightningDataModule):
         batches = eval_batches(self.eval_tasks(tasks), self.cfg.eval_batch_size,
                                lambda t: sum(len(m["content"]) for m in self.env.agent_prompt(t)))
         sync = RankSync(self.trainer)
-        return DataLoader(EvalBatches(batches[sync.rank :: sync.world] if sync.distributed else batches,
-                                      sync.rank, sync.world if sync.distributed else 1), batch_size=None)
+        return DataLoader(EvalBatches(batches, *((sync.rank, sync.world) if sync.distributed else (0, 1))),
+                          batch_size=None)
 
     def _build_steps(self, groups: list[Group], sim_samples: list[SimSample], agent_pad: int, sim_pad: int,
                      advantages, rng: random.Random | None = None, iterations: int = 1, old_logprobs=None):

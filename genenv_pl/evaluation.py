@@ -54,16 +54,16 @@ class EvalBatch:
 
 
 class EvalBatches(IterableDataset):
-    """One rank's evaluation batches (every world_size-th, from its rank on). Iterable, so that Lightning
-    adds no DistributedSampler of its own, and with no length: a rank without a batch still runs the
+    """One rank's evaluation batches: every world-th of the whole set's, from its rank on. Iterable, so that
+    Lightning adds no DistributedSampler of its own, and with no length: a rank without a batch still runs the
     evaluation's epoch hooks, where the ranks gather the rows."""
 
-    def __init__(self, batches: list[list[Task]], rank: int, world: int):
+    def __init__(self, batches: list[list[Task]], rank: int = 0, world: int = 1):
         self.batches, self.rank, self.world = batches, rank, world
 
     def __iter__(self) -> Iterator[EvalBatch]:
-        for i, tasks in enumerate(self.batches):
-            yield EvalBatch(self.rank + i * self.world, tasks)
+        for i in range(self.rank, len(self.batches), self.world):
+            yield EvalBatch(i, self.batches[i])
 
 
 def in_set_order(parts: list[list[tuple[int, list[Row]]]]) -> list[Row]:
