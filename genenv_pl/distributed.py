@@ -71,16 +71,12 @@ class RankSync:
 
     def sum(self, value: float) -> float:
         """Sum of a number over ranks (a small all-reduce), e.g. how many ranks have a batch."""
-        if not self.distributed:
-            return value
-        strategy = self.trainer.strategy
-        # float64, never the default dtype: `bf16-true` makes bf16 the default inside the step, and bf16
-        # counts only integers up to 256 exactly (token counts, KL sums)
-        t = torch.tensor(float(value), dtype=torch.float64, device=strategy.root_device)
-        return float(strategy.reduce(t, reduce_op="sum"))
+        return self.sums([value])[0]
 
     def sums(self, values: list[float]) -> list[float]:
-        """Several numbers, each summed over ranks, in one all-reduce (float64, as `sum`)."""
+        """Several numbers, each summed over ranks, in one all-reduce. In float64, never the default dtype:
+        `bf16-true` makes bf16 the default inside the step, and bf16 counts only integers up to 256 exactly
+        (token counts, KL sums)."""
         if not self.distributed:
             return list(values)
         t = torch.tensor(values, dtype=torch.float64, device=self.trainer.strategy.root_device)
