@@ -21,7 +21,7 @@ from genenv_pl.cli_parser import GenEnvArgumentParser
 from genenv_pl.datamodule import GenEnvDataModule
 from genenv_pl.envs.base import ConfigError, DataError
 from genenv_pl.module import GenEnvModule
-from genenv_pl.preflight import gpu_problem, models_problem
+from genenv_pl.preflight import data_problem, gpu_problem, models_problem
 
 VERBOSE_ENV = "GENENV_VERBOSE"
 DATA_HELP = "see docs/benchmarks.md, 'Data', for where to get each benchmark"
@@ -151,7 +151,8 @@ class GenEnvCLI(LightningCLI):
             self._prepare_export(cfg)
         roles = ["agent"] if sub in ("test", "validate") or cfg.model.shared_base else \
             ["agent", "simulator"]  # (shared base: the simulator's base is the agent's)
-        problem = gpu_problem(cfg, sub or "fit") or models_problem(cfg, roles)
+        # (the data first: it is local and quick, the models' check may wait on the hub)
+        problem = gpu_problem(cfg, sub or "fit") or data_problem(cfg) or models_problem(cfg, roles)
         if problem:
             self.fail(problem)
 

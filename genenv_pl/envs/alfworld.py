@@ -39,6 +39,7 @@ from typing import Any
 
 from genenv_pl.envs.alfworld_check import CLOCKS, Engine
 from genenv_pl.envs.alfworld_game import (
+    GAME_PATTERN,
     GAMES_DIR,
     BatchPolicy,
     EpisodeReport,
@@ -87,10 +88,25 @@ def split_bucket(key: str, salt: str) -> float:
 
 class ALFWorldEnv(Environment):
     name = "alfworld"
+    data_folder = "alfworld"
+    data_source = ("ALFWorld game files (github.com/alfworld/alfworld): pip install alfworld, then "
+                   "alfworld-download fetches them into $ALFWORLD_DATA; copy its json_2.1.1/valid_seen and "
+                   "valid_unseen (the game.tw-pddl files) into alfworld/json_2.1.1/")
     success_threshold = 1.0
     simulator_writes = "step"  # (class defaults: the parsers work on an environment built without data)
     sim_prompt = "stats"
     check_gold = False
+
+    @classmethod
+    def required_files(cls, env_args: dict[str, Any] | None = None) -> list[str]:
+        """The game files of the seed split and each evaluation split (at least one a split). None: the
+        two shipped splits, valid_seen and valid_unseen."""
+        if env_args is None:
+            splits = ["valid_seen", "valid_unseen"]
+        else:
+            evals = env_args.get("eval_splits", ("valid_unseen", "valid_seen")) or ()
+            splits = [env_args.get("seed_split", "valid_seen"), *evals]
+        return [f"{GAMES_DIR}/{split}/{GAME_PATTERN}" for split in dict.fromkeys(splits) if isinstance(split, str)]
 
     def __init__(
         self,
@@ -125,7 +141,7 @@ class ALFWorldEnv(Environment):
             raise ConfigError(f"data.env_args.engine_clock must be one of {CLOCKS}, got {engine_clock!r}")
         if simulator_writes not in ("step", "actions"):
             raise ConfigError(f"data.env_args.simulator_writes must be 'step' or 'actions', got {simulator_writes!r}")
-        self.root = resolve_data_root(data_root, "alfworld")
+        self.root = resolve_data_root(data_root, self.data_folder)
         # games are listed lazily: a split folder that is not there would only show up as no tasks
         missing = [f"{GAMES_DIR}/{s}" for s in dict.fromkeys((seed_split, *eval_splits))
                    if not os.path.isdir(os.path.join(self.root, GAMES_DIR, s))]

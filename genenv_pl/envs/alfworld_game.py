@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 GAMES_DIR = "json_2.1.1"
 GAME_FILE = "game.tw-pddl"
+GAME_PATTERN = f"*/*/{GAME_FILE}"  # the game files of a split folder: <task dir>/<trial>/game.tw-pddl
 EXTRACTOR_VERSION = "1"  # bump when the cached step format or extraction changes
 TASK_TYPES = (
     "pick_and_place_simple",
@@ -93,7 +94,7 @@ def list_games(games_root: str, splits: Iterable[str]) -> list[GameRef]:
         split_dir = Path(games_root) / GAMES_DIR / split
         if not split_dir.is_dir():
             continue
-        for path in split_dir.glob(f"*/*/{GAME_FILE}"):
+        for path in split_dir.glob(GAME_PATTERN):
             games.append(GameRef(split, path.parent.parent.name, path.parent.name, str(path)))
     return sorted(games, key=lambda g: g.key)
 

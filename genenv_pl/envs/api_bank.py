@@ -56,6 +56,7 @@ import re
 from typing import Any
 
 from genenv_pl.envs.api_bank_sim import Simulator
+from genenv_pl.envs.api_bank_sim.core import TABLES
 from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, read_jsonl, resolve_data_root
 from genenv_pl.envs.prompting import check_sim_prompt
 from genenv_pl.envs.toolcall import (
@@ -217,6 +218,23 @@ class APIBankEnv(Environment):
     """API-Bank level-1 (call a given API) and level-2 (retrieve with ToolSearcher, then call)."""
 
     name = "api_bank"
+    data_folder = "api-bank"
+    data_source = ("API-Bank: the api-bank/ folder of github.com/AlibabaResearch/DAMO-ConvAI (lv1-lv2-samples/, "
+                   "lv3-samples/, data/, init_database/)")
+
+    @classmethod
+    def required_files(cls, env_args: dict[str, Any] | None = None) -> list[str]:
+        """The dialogues of each level (at least one file a level), the API descriptions (`data/all_apis.csv`:
+        without it tools are described by name alone) and, where calls are executed (`scoring: execute` or
+        level 3), the `init_database` tables the simulated APIs read. None: all three levels, executed."""
+        levels = list(LEVEL_DIRS) if env_args is None else list(env_args.get("levels") or ["level-1", "level-2"])
+        files = [f"lv1-lv2-samples/{LEVEL_DIRS[lv]}/*.jsonl" for lv in ("level-1", "level-2") if lv in levels]
+        if "level-3" in levels:
+            files.append(f"{LEVEL_DIRS['level-3']}/*.txt")
+        files.append("data/all_apis.csv")
+        if env_args is None or env_args.get("scoring", "execute") == "execute" or "level-3" in levels:
+            files += [f"init_database/{table}.json" for table in TABLES]
+        return files
 
     def __init__(
         self,
@@ -247,7 +265,7 @@ class APIBankEnv(Environment):
             raise ValueError(f"data.env_args.scoring: {scoring!r} is not one of {list(SCORING)}")
         self.scoring = scoring
         self.sim_prompt = check_sim_prompt(sim_prompt)
-        self.root = resolve_data_root(data_root, "api-bank")
+        self.root = resolve_data_root(data_root, self.data_folder)
         self.levels = list(levels) if levels else ["level-1", "level-2"]
         unknown = [lv for lv in self.levels if lv not in LEVEL_DIRS]
         if unknown:

@@ -166,6 +166,14 @@ _SIM_SYSTEM = (
 
 class BamboogleEnv(Environment):
     name = "bamboogle"
+    data_folder = "bamboogle"
+    data_source = ("the Bamboogle test set (Press et al., self-ask; HF dataset chiayewken/bamboogle) as test.jsonl "
+                   "in verl's row format (question, answer), e.g. data/bamboogle/test.jsonl of "
+                   "github.com/chenyiqun/Agentic-RAG")
+
+    @classmethod
+    def required_files(cls, env_args: dict[str, Any] | None = None) -> list[str]:
+        return [DATA_FILE]
 
     def __init__(
         self,
@@ -199,7 +207,7 @@ class BamboogleEnv(Environment):
         self.sim_prompt = check_sim_prompt(sim_prompt)
         if not 0.0 <= eval_fraction <= 1.0:
             raise ValueError(f"eval_fraction must be in [0, 1], got {eval_fraction}")
-        self.root = resolve_data_root(data_root, "bamboogle")
+        self.root = resolve_data_root(data_root, self.data_folder)
         self.eval_fraction = eval_fraction
         self.split_salt = split_salt
         self.success_threshold = success_threshold

@@ -124,6 +124,23 @@ class Environment(ABC):
     success_threshold: float = 1.0
     """A rollout counts as a success (for p_hat, the difficulty estimate the curriculum scores, and for
     the default `score`'s accuracy) when its reward is at least this."""
+    data_folder: str | None = None
+    """The benchmark's folder under the data root (`<data_root>/<data_folder>/`); None: the environment
+    reads no data files (its tasks are built in, as arithmetic's)."""
+    data_source: str = ""
+    """Where to get that folder's files, in one line: scripts/check_data.py and the CLI's data check
+    print it when a file of `required_files` is missing."""
+
+    @classmethod
+    def required_files(cls, env_args: dict[str, Any] | None = None) -> list[str]:
+        """The files under `<data_root>/<data_folder>/` that the environment reads, as paths relative to
+        that folder; a path with `*` is a glob pattern that must match at least one file.
+
+        `env_args`: the constructor's arguments (`data.env_args`): the files an instance built with them
+        reads (what `main.py` checks before building anything; arguments the constructor would refuse
+        may be ignored here, it reports them). None: every file the environment reads under any
+        arguments it supports, the whole benchmark (what scripts/check_data.py checks). Default: none."""
+        return []
 
     # ---- data -------------------------------------------------------------------------
     @abstractmethod

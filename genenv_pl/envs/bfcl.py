@@ -380,6 +380,30 @@ class BFCLEnv(Environment):
     """BFCL v4 function calling (AST, relevance and multi-turn categories; see module docstring)."""
 
     name = "bfcl"
+    data_folder = "bfcl"
+    data_source = ("BFCL v4 data: the files of bfcl_eval/data/ in github.com/ShishirPatil/gorilla "
+                   "(berkeley-function-call-leaderboard/), the same as in the bfcl-eval wheel "
+                   "(pip install --no-deps bfcl-eval, then copy <site-packages>/bfcl_eval/data/)")
+
+    @classmethod
+    def required_files(cls, env_args: dict[str, Any] | None = None) -> list[str]:
+        """Per category its question file and, where it is scored against answers, its answer file;
+        the multi-turn backends' function docs where a multi-turn category is loaded. None: every
+        supported category."""
+        if env_args is None:
+            categories = list(SUPPORTED)
+        else:
+            categories = [*(env_args.get("categories") or DEFAULT_CATEGORIES),
+                          *(env_args.get("extra_seed_categories") or [])]
+            categories = [c for c in dict.fromkeys(categories) if c in SUPPORTED]  # (others: the constructor says why)
+        files = []
+        for category in categories:
+            files.append(f"BFCL_v4_{category}.json")
+            if mode_of(category) not in ("relevance", "irrelevance"):
+                files.append(f"possible_answer/BFCL_v4_{category}.json")
+        if any(c in MULTI_TURN_CATEGORIES for c in categories):
+            files += [f"multi_turn_func_doc/{name}" for name in dict.fromkeys(FUNC_DOC_FILES.values())]
+        return files
 
     def __init__(
         self,
@@ -450,7 +474,7 @@ class BFCLEnv(Environment):
         if not 0.0 <= val_fraction < 1.0:
             raise ConfigError(f"data.env_args.val_fraction: share of the held-out entries for validation, in [0, 1); "
                               f"got {val_fraction}")
-        self.root = resolve_data_root(data_root, "bfcl")
+        self.root = resolve_data_root(data_root, self.data_folder)
         self.eval_fraction, self.split_seed, self.val_fraction = eval_fraction, split_seed, val_fraction
         self.max_state_chars, self.max_seed_tools = max_state_chars, max_seed_tools
         if simulator_writes not in ("task", "request"):

@@ -67,14 +67,14 @@ from typing import Any
 from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, read_jsonl, resolve_data_root
 from genenv_pl.envs.prompting import check_sim_prompt, success_guide
 from genenv_pl.envs.text_metrics import extract_json_object
-from genenv_pl.envs.travelplanner_checks import (CUISINES, HOUSE_RULES, ROOM_TYPES, TRANSPORT_RULES, PlanReport,
-                                                 Sandbox, evaluate_plan, parse_plan, to_number)
+from genenv_pl.envs.travelplanner_checks import (CUISINES, DATABASE_FILES, HOUSE_RULES, ROOM_TYPES, TRANSPORT_RULES,
+                                                 PlanReport, Sandbox, evaluate_plan, parse_plan, to_number)
 
 log = logging.getLogger(__name__)
 
-TRAIN_FILE = os.path.join("finetuning_data", "std_travelplanner.jsonl")
-TRAIN_REF_FILE = os.path.join("database", "train_ref_info.jsonl")
-VALIDATION_FILE = os.path.join("postprocess", "example_evaluation.jsonl")
+TRAIN_FILE = "finetuning_data/std_travelplanner.jsonl"
+TRAIN_REF_FILE = "database/train_ref_info.jsonl"
+VALIDATION_FILE = "postprocess/example_evaluation.jsonl"
 VISITING_CITIES = {3: 1, 5: 2, 7: 3}  # upstream's fixed mapping of trip length to cities
 NO_FLIGHTS = "The flights table is missing from this offline copy of the benchmark: no flight data is available."
 
@@ -335,6 +335,16 @@ def aggregate_scores(scores: list[dict[str, float]]) -> dict[str, float]:
 
 class TravelPlannerEnv(Environment):
     name = "travelplanner"
+    data_folder = "travelplanner"
+    data_source = ("TravelPlanner (github.com/OSU-NLP-Group/TravelPlanner): finetuning_data/std_travelplanner.jsonl, "
+                   "postprocess/example_evaluation.jsonl and database/ (train_ref_info.jsonl; the database CSVs were "
+                   "removed upstream after commit 958f30d, so take them from that commit)")
+
+    @classmethod
+    def required_files(cls, env_args: dict[str, Any] | None = None) -> list[str]:
+        """The train queries and their reference information, the validation queries and the database
+        tables (`DATABASE_FILES`), whatever the arguments."""
+        return [TRAIN_FILE, TRAIN_REF_FILE, VALIDATION_FILE, *DATABASE_FILES]
 
     def aggregate(self, scores: list[dict[str, float]]) -> dict[str, float]:
         return aggregate_scores(scores)
@@ -370,7 +380,7 @@ class TravelPlannerEnv(Environment):
         self.sim_prompt = check_sim_prompt(sim_prompt)
         if unverifiable_flights not in ("exclude", "fail"):
             raise ValueError(f"unverifiable_flights must be 'exclude' or 'fail', got {unverifiable_flights!r}")
-        self.root = resolve_data_root(data_root, "travelplanner")
+        self.root = resolve_data_root(data_root, self.data_folder)
         self.eval_days = tuple(eval_days)
         self.max_candidate_cities = max_candidate_cities
         self.max_attractions = max_attractions

@@ -116,6 +116,15 @@ def flight_number(value: str) -> str | None:
 
 
 # ---- the database ------------------------------------------------------------------------
+# The tables `Sandbox.load` reads, relative to the benchmark folder (the layout of its repository)
+RESTAURANTS_FILE = "database/restaurants/clean_restaurant_2022.csv"
+ATTRACTIONS_FILE = "database/attractions/attractions.csv"
+ACCOMMODATIONS_FILE = "database/accommodations/clean_accommodations_2022.csv"
+DISTANCES_FILE = "database/googleDistanceMatrix/distance.csv"
+CITIES_FILE = "database/background/citySet_with_states.txt"
+DATABASE_FILES = (RESTAURANTS_FILE, ATTRACTIONS_FILE, ACCOMMODATIONS_FILE, DISTANCES_FILE, CITIES_FILE)
+
+
 def _read_csv(path: str, required: Iterable[str]) -> list[dict[str, str]]:
     if not os.path.isfile(path):
         raise DataError(f"travelplanner: database file {path!r} not found")
@@ -152,14 +161,13 @@ class Sandbox:
 
     @classmethod
     def load(cls, root: str) -> "Sandbox":
-        """Read `<root>/database/...` (the folder layout of the benchmark's repository)."""
-        db = os.path.join(root, "database")
+        """Read `<root>/database/...` (the folder layout of the benchmark's repository): `DATABASE_FILES`."""
         tables = {
-            "restaurants": (_read_csv(os.path.join(db, "restaurants", "clean_restaurant_2022.csv"),
+            "restaurants": (_read_csv(os.path.join(root, RESTAURANTS_FILE),
                                       ("Name", "City", "Cuisines", "Average Cost")), "Name", "City"),
-            "attractions": (_read_csv(os.path.join(db, "attractions", "attractions.csv"), ("Name", "City")),
+            "attractions": (_read_csv(os.path.join(root, ATTRACTIONS_FILE), ("Name", "City")),
                             "Name", "City"),
-            "accommodations": (_read_csv(os.path.join(db, "accommodations", "clean_accommodations_2022.csv"),
+            "accommodations": (_read_csv(os.path.join(root, ACCOMMODATIONS_FILE),
                                          ("NAME", "room type", "price", "minimum nights", "house_rules",
                                           "maximum occupancy", "city")), "NAME", "city"),
         }
@@ -172,11 +180,11 @@ class Sandbox:
                 cities.setdefault(row[city_col], []).append(row)
             indexed[kind], by_city[kind] = index, cities
         distances: dict[tuple[str, str], dict[str, str]] = {}
-        for row in _read_csv(os.path.join(db, "googleDistanceMatrix", "distance.csv"),
+        for row in _read_csv(os.path.join(root, DISTANCES_FILE),
                              ("origin", "destination", "duration", "distance")):
             distances.setdefault((row["origin"], row["destination"]), row)  # upstream uses the first row
         city_state = {}
-        path = os.path.join(db, "background", "citySet_with_states.txt")
+        path = os.path.join(root, CITIES_FILE)
         if not os.path.isfile(path):
             raise DataError(f"travelplanner: background file {path!r} not found")
         with open(path, encoding="utf-8") as f:

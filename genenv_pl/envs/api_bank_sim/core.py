@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 Result = dict[str, Any]
+# The `init_database/<table>.json` files the APIs read (`Session.table` refuses any other name, so this list
+# stays what the code reads): what scripts/check_data.py and the CLI's data check require of the folder.
+TABLES = ("Account", "Agenda", "Alarm", "Appointments", "Bank", "HealthData", "History", "Hotel", "Meeting",
+          "QuestionAnswering", "Reminder", "Scenes", "SearchEngine", "Stock", "Symptom", "TimeSwitch", "Wiki")
 
 
 class ApiError(Exception):
@@ -54,6 +58,8 @@ class Session:
         self.recorded: Any = None
 
     def table(self, name: str) -> Any:
+        if name not in TABLES:  # a programming error: a new table must be declared, so that the data check requires it
+            raise AssertionError(f"api-bank: table {name!r} is not declared in api_bank_sim.core.TABLES")
         if name not in self._tables:
             if name not in self._db.tables:
                 raise KeyError(f"api-bank: init_database has no {name}.json")
