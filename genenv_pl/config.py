@@ -176,6 +176,10 @@ class CoevoConfig:
     """Also answer each evaluation task this many times sampled like the rollouts (agent_sampling's
     temperature and top_p) and report the mean score, `sampled_accuracy`: the policy's expected accuracy,
     which GRPO optimises and which moves smoothly where greedy answers flip on near ties. 0: greedy only."""
+    eval_samples_every: int = 1
+    """During fit, the sampled answers only at the start-of-training validation and at every validation whose
+    epoch count is a multiple of this times trainer.check_val_every_n_epoch (2: every other one); greedy at
+    each. Sampled answers cost about eval_samples times the greedy decoding. `validate` and `test` always sample."""
     eval_limit_per_group: int | None = None
     """Evaluate only the first N tasks of each group (smoke runs)."""
     eval_episodes: int = 0

@@ -31,11 +31,21 @@ class EvalSettings:
     top_p: float
     batch_size: int
     episodes: int  # interactive episodes `test` plays (-1: all)
+    samples_every: int = 1  # a fit's validations that sample: the start's and every this-many-th
 
     @classmethod
     def of(cls, cfg: CoevoConfig) -> "EvalSettings":
         return cls(cfg.eval_max_new_tokens, cfg.eval_samples, cfg.agent_sampling.temperature, cfg.agent_sampling.top_p,
-                   cfg.eval_batch_size, cfg.eval_episodes)
+                   cfg.eval_batch_size, cfg.eval_episodes, cfg.eval_samples_every)
+
+
+def samples_this_validation(epoch: int, check_val_every_n_epoch: int | None, samples_every: int) -> bool:
+    """Whether a fit's validation after `epoch` (0-based) also samples (`data.coevo.eval_samples_every`): at
+    every samples_every-th scheduled validation, decided by the epoch so that a resumed fit keeps the schedule.
+    Validation by steps (no epoch interval) samples each time."""
+    if samples_every <= 1 or not check_val_every_n_epoch:
+        return True
+    return (epoch + 1) % (samples_every * check_val_every_n_epoch) == 0
 
 
 def eval_batches(tasks: list[Task], batch_size: int, length: Callable[[Task], int]) -> list[list[Task]]:

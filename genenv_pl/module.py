@@ -27,7 +27,8 @@ from genenv_pl.config import GRPOConfig, RWRConfig
 from genenv_pl.distributed import RankSync, compute_copy, full_state_dict, shard_module, sharding
 from genenv_pl.epoch import Learner
 from genenv_pl.evaluation import (EvalBatch, EvalSettings, act, answer, eval_metrics, eval_seed, format_table,
-                                  in_set_order, start_line, table_scalars, test_table, write_results)
+                                  in_set_order, samples_this_validation, start_line, table_scalars, test_table,
+                                  write_results)
 from genenv_pl.losses import GRPOTerms, RWRTerms, group_advantages, grpo_loss, low_var_kl, rwr_loss
 from genenv_pl.envs.base import ConfigError
 from genenv_pl.models.factory import PolicyConfig, build_policy, build_shared_base, resolve_model_path, trained_policy
@@ -482,14 +483,22 @@ class GenEnvModule(L.LightningModule):
     def _eval_settings(self) -> EvalSettings:
         return EvalSettings.of(self.trainer.datamodule.cfg)
 
-    def _start_eval(self) -> None:
+    def _start_eval(self, sampled: bool = True) -> None:
         # FSDP: the agent's full weights are gathered once per evaluation (a collective, every rank), not per
         # batch: ranks hold different numbers of batches.
         # (in a dict: a Policy attribute would register as a submodule and enter the checkpoint)
-        self._eval = {"agent": self.for_generation("agent"), "parts": []}
+        self._eval = {"agent": self.for_generation("agent"), "parts": [], "sampled": sampled}
+
+    def _sampled_validation(self) -> bool:
+        if self.trainer.state.fn != "fit":  # `validate` answers as it is asked
+            return True
+        return samples_this_validation(self.current_epoch, self.trainer.check_val_every_n_epoch,
+                                       self._eval_settings().samples_every)
 
     def _answer(self, batch: EvalBatch) -> None:
         s = self._eval_settings()
+        if not self._eval["sampled"]:
+            s = dataclasses.replace(s, samples=0)
         # sampled answers (eval_samples) draw from a generator seeded by the batch, not by what ran before on
         # this rank: the same answers on any number of ranks, and the run's own random state untouched
         devices = [self.device] if self.device.type == "cuda" else []
@@ -507,7 +516,7 @@ class GenEnvModule(L.LightningModule):
             self.log(name, value, batch_size=n, on_epoch=True)  # the same value on every rank (see above)
 
     def on_validation_epoch_start(self) -> None:
-        self._start_eval()
+        self._start_eval(sampled=self._sampled_validation())
 
     def validation_step(self, batch: EvalBatch, batch_idx: int) -> None:
         self._answer(batch)

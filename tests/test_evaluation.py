@@ -78,3 +78,15 @@ def test_a_base_model_whose_warm_start_is_not_cached_is_not_trained_by_test(tmp_
     assert "model.agent.warm_start:" in message and "test and validate never train a model" in message
     assert "warm-starting" not in capsys.readouterr().out
 
+
+
+@pytest.mark.parametrize("epoch, val_every, every, sampled", [
+    (0, 1, 1, True), (0, 1, 2, False), (1, 1, 2, True), (3, 4, 2, False), (7, 4, 2, True), (15, 4, 2, True),
+    (11, 4, 2, False), (3, 2, 2, True), (5, 2, 2, False), (4, None, 3, True), (2, 1, 3, True), (1, 1, 3, False)])
+def test_a_fit_samples_at_every_nth_scheduled_validation(epoch, val_every, every, sampled):
+    """data.coevo.eval_samples_every: validation after 0-based `epoch` samples when the epoch count is a multiple
+    of every x check_val_every_n_epoch (the pilot's 64-task validations sample at 128 and 256 tasks); validation
+    by steps samples each time."""
+    from genenv_pl.evaluation import samples_this_validation
+
+    assert samples_this_validation(epoch, val_every, every) is sampled

@@ -425,12 +425,20 @@ def test_grpo_num_iterations_takes_that_many_agent_steps_on_the_same_rollouts(tm
 
 def test_training_does_not_depend_on_evaluation_or_on_resuming(tmp_path, cache):
     """What is trained on comes from (seed, epoch, rank), not from what drew from torch's generator
-    before: a run that evaluates at the start and after every epoch, and one that never evaluates and
-    is stopped after epoch 0 and resumed from its checkpoint, sample the same rollouts and end with
-    the same weights. (Before, a starting evaluation alone changed every later epoch's sampling.)"""
+    before: a run that evaluates at the start and after every epoch (sampling at the start and after every
+    second epoch, `eval_samples_every`), and one that never evaluates and is stopped after epoch 0 and resumed
+    from its checkpoint, sample the same rollouts and end with the same weights. (Before, a starting
+    evaluation alone changed every later epoch's sampling.)"""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    evaluating = _fit(tmp_path / "a", cache, 2, "--model.eval_at_start", "true")
+    evaluating = _fit(tmp_path / "a", cache, 2, "--model.eval_at_start", "true", "--data.coevo.eval_samples", "2",
+                      "--data.coevo.eval_samples_every", "2")
+    events = EventAccumulator(glob.glob(str(tmp_path / "a" / "runs" / "**" / "events.out.tfevents.*"), recursive=True)[0])
+    events.Reload()
+    greedy, sampled = ([e.step for e in events.Scalars(tag)] for tag in ("val/accuracy", "val/sampled_accuracy"))
+    assert len(greedy) == 3 and sampled == [greedy[0], greedy[2]]  # the start, and after epoch 1 (not epoch 0)
     quiet = ["--model.eval_at_start", "false", "--trainer.limit_val_batches", "0"]
     _fit(tmp_path / "b", cache, 1, *quiet)
     resumed = _fit(tmp_path / "b", cache, 2, *quiet, "--ckpt_path", str(tmp_path / "b" / "ckpt" / "last.ckpt"))
