@@ -71,9 +71,15 @@ def run_cell(name: str, seed: int, out_root: Path, results: Path) -> None:
     out = out_root / name
     out.mkdir(parents=True, exist_ok=True)
     cell_yaml = out / "cell.yaml"
+    # Amendment 2: the warm start's validation (V0) is the same in every cell at one seed (greedy, and sampled from
+    # generators seeded by the data seed and the batch), so only the first cell of a seed scores it; sampled
+    # answers only at 128 and 256 tasks, the points the rule reads.
+    first = seed != SEED or name == next(iter(CELLS))
     cell_yaml.write_text(yaml.safe_dump({
-        "model": {"agent_optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": lr}}},
-        "data": {"coevo": {"base_tasks_per_epoch": n, "agent_batch_size": n}}}))
+        "model": {"agent_optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": lr}}}
+                 | ({} if first else {"eval_at_start": False}),
+        "data": {"coevo": {"base_tasks_per_epoch": n, "agent_batch_size": n}
+                 | ({} if name == next(iter(CELLS)) and seed == SEED else {"eval_samples_every": 128 // EVAL_EVERY})}}))
     args = argparse.Namespace(override=[RECIPE, str(cell_yaml.relative_to(REPO))], results=str(results / name),
                               epochs=BUDGET // n, task_budget=BUDGET, val_every=EVAL_EVERY // n)
     real_llm.sync_warm_starts(STUDY, REPO / "bench" / "results" / STUDY.store)
@@ -87,6 +93,14 @@ def curve(scalars: dict) -> list[dict]:
     sampled = dict(scalars.get("val/sampled_accuracy", []))
     return [{"tasks": int(seen.get(step, 0)) if step else 0, "greedy": acc, "sampled": sampled.get(step)}
             for step, acc in scalars.get("val/accuracy", [])]
+
+
+def with_start(cells: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """Amendment 2: one cell per seed scores the warm start (V0, the same in every cell); the others begin with
+    its point."""
+    start = next((c[0] for c in cells.values() if c and c[0]["tasks"] == 0), None)
+    return {name: points if start is None or points and points[0]["tasks"] == 0 else [start, *points]
+            for name, points in cells.items()}
 
 
 def judge(cells: dict[str, list[dict]]) -> dict:
@@ -124,6 +138,7 @@ def report(results: Path) -> None:
         if path.exists():
             runs[name] = json.loads(path.read_text())
             cells[name] = curve(runs[name]["scalars"])
+    cells = with_start(cells)
     verdict = judge(cells)
     out = {"protocol": "docs/results/protocol.md, section 7", "seed": SEED, "budget": BUDGET, "val_items": VAL_ITEMS,
            "cells": {name: {"lr": CELLS[name][0], "n": CELLS[name][1], "curve": cells[name],
