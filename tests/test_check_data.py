@@ -6,7 +6,6 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
-import random
 import subprocess
 import sys
 import time
@@ -135,9 +134,7 @@ def test_required_files_are_all_an_environment_reads(real_root, tmp_path):
     only = _copy(real_root, tmp_path, only_required=True)
     for bench in BENCHMARKS:
         args = {k: (list(SUPPORTED) if v == "SUPPORTED" else v) for k, v in ALL_OF_IT.get(bench, {}).items()}
-        random.seed(0)  # (API-Bank's AppointmentRegistration draws its id from `random`, as upstream's does)
         full = make_env(bench, data_root=str(real_root), **args)
-        random.seed(0)
         sparse = make_env(bench, data_root=str(only), **args)
         if bench == "alfworld":  # (its steps are replayed in the engine: compare the games it plays)
             assert [g.key for g in sparse.seed_games() + sparse.eval_games()] == \

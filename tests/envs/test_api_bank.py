@@ -126,6 +126,20 @@ def test_level3_scenarios(data_root: str) -> None:
     assert env.level3_dropped["level-3/Shopping/1"] == "the gold call raises: The token is invalid."
 
 
+def test_level3_tasks_do_not_depend_on_the_global_random_state(data_root: str) -> None:
+    """Upstream's RegisterUser and AppointmentRegistration draw a new token or id at random; here each is drawn
+    from a generator seeded by its call, so every build, and every rank, has the same level-3 tasks (a rank
+    with other tasks would train on another epoch)."""
+    import random
+
+    builds = []
+    for seed in (1, 2):
+        random.seed(seed)
+        env = APIBankEnv(data_root=data_root, levels=["level-3"])
+        builds.append(([t.to_dict() for t in env.seed_tasks() + env.eval_tasks()], dict(env.level3_dropped)))
+    assert builds[0] == builds[1] and builds[0][0]
+
+
 @pytest.mark.parametrize("model,gold,equal", [
     ({"on": "True"}, {"on": True}, True),
     ({"code": "970420"}, {"code": 970420}, True),

@@ -40,9 +40,12 @@ def get_user_token(db: Session, username: str, password: str) -> dict:
     return {"token": accounts[username]["token"]}
 
 
-def _random_token(length: int = 18) -> str:
-    # upstream draws letters and digits and lowercases them; the value is never compared (see check)
-    return "".join(random.choices(string.ascii_letters + string.digits, k=length)).lower()
+def _random_token(key: str, length: int = 18) -> str:
+    # upstream draws letters and digits and lowercases them; the value is never compared (see check). Drawn
+    # from a generator seeded by the call (a str seed hashes the same in every process), so that building the
+    # tasks twice, or on two ranks, gives the same tasks
+    rng = random.Random(f"token:{key}")
+    return "".join(rng.choices(string.ascii_letters + string.digits, k=length)).lower()
 
 
 def _register_check(response: Result, gold: Result) -> bool:
@@ -60,7 +63,7 @@ def register_user(db: Session, username: str, password: str, email: str) -> dict
         raise ApiError("The username already exists.")
     # replayed: the token the dialogue was given, which its later calls use
     recorded = db.recorded.get("token") if isinstance(db.recorded, dict) else None
-    token = recorded or _random_token()
+    token = recorded or _random_token(f"{username}|{password}|{email}")
     accounts[username] = {"password": password, "token": token, "email": email}
     return {"token": token}
 

@@ -164,10 +164,12 @@ def symptom_search(db: Session, symptom: str) -> list:
 
 # --- registrations ----------------------------------------------------------------------------
 
-def _new_appointment_id(appointments: dict) -> str:
-    # upstream draws a random 8-digit id not yet taken; its check never compares the id itself
+def _new_appointment_id(appointments: dict, key: str) -> str:
+    # upstream draws a random 8-digit id not yet taken; its check never compares the id itself. Seeded by the
+    # call, as account.py's tokens: the same tasks however often, and wherever, they are built
+    rng = random.Random(f"appointment:{key}")
     while True:
-        candidate = str(random.randint(10000000, 99999999))
+        candidate = str(rng.randint(10000000, 99999999))
         if candidate not in appointments:
             return candidate
 
@@ -197,7 +199,7 @@ def appointment_registration(db: Session, patient_name: str, date: str, doctor_n
             raise ApiError("This appointment has already been registered.")
         raise ApiError("This patient has already been registered in this day.")
     # replayed: the id the dialogue was given, which its later calls use
-    appointment_id = str(db.recorded) if db.recorded else _new_appointment_id(appointments)
+    appointment_id = str(db.recorded) if db.recorded else _new_appointment_id(appointments, f"{patient}|{day}|{doctor}")
     appointments[appointment_id] = {"patient_name": patient, "date": day, "doctor_name": doctor}
     return appointment_id
 
