@@ -50,8 +50,11 @@ def report(run: str, s: dict[str, list[float]]) -> list[str]:
     out = [f"run: {run}  ({len(succ)} epochs)"]
     missing = [t for t in REQUIRED_TAGS if t not in s]
     out.append("tags: all required tags present" if not missing else f"tags: MISSING {missing}")
-    out.append(f"coevo/success_rate  last fifth mean {fifth(succ, True):.3f}   (alpha zone target [0.35, 0.65])")
-    out.append(f"val/accuracy        start {val[0]:.3f}  final {val[-1]:.3f}  gain {val[-1] - val[0]:+.3f}  (target >= +0.10)  "
+    last = fifth(succ, True)
+    out.append(f"coevo/success_rate  last fifth mean {last:.3f}   (alpha zone [0.35, 0.65]: "
+               f"{'in' if 0.35 <= last <= 0.65 else 'OUT'})")
+    out.append(f"val/accuracy        start {val[0]:.3f}  final {val[-1]:.3f}  gain {val[-1] - val[0]:+.3f}  "
+               f"({'rises' if val[-1] > val[0] else 'DOES NOT RISE'})  "
                f"lowest {min(val):.3f} ({min(val) - val[0]:+.3f}; target >= -0.03)")
     out.append("val/accuracy curve  " + " ".join(f"{v:.3f}" for v in val))
     out.append(f"coevo/difficulty    first fifth {fifth(diff, False):.2f}  last fifth {fifth(diff, True):.2f}")
