@@ -1,23 +1,68 @@
-"""Per-GPU memory plan of a GenEnv config: what one rank holds, line by line, and whether it fits.
+"""The whole memory bill of a GenEnv config: per GPU (what one rank holds on its device, line by line, and
+whether it fits), host RAM per rank and per node, and checkpoint disk per save and per run.
 
     python scripts/memory_plan.py --config configs/alfworld.yaml --gpus 1
     python scripts/memory_plan.py --config configs/alfworld.yaml --config configs/gpu/paper_8gpu.yaml --gpus 8
     python scripts/memory_plan.py --config configs/bfcl.yaml --config configs/cpu/bfcl.yaml --gpus 1 \
         --set model.grpo.micro_batch_size=8 --set data.coevo.max_seq_len=2048
 
-The YAML files are deep-merged in order (later keys override earlier ones, lists are replaced), as
-repeated `--config` does in `main.py`; `--set dotted.key=value` overrides one key (value parsed as
-YAML). No model is loaded: the architecture comes from a built-in table (Qwen2.5-7B-Instruct,
-SmolLM2-135M-Instruct), a local HF folder's config.json, or `model.<role>.tiny`.
+The config is parsed as a run parses it: through the project's own CLI parser (`genenv_pl.cli.GenEnvCLI`,
+without its preflight checks and without building anything), so every default is the typed classes' own
+(genenv_pl/config.py, the module's init args, Lightning's Trainer and ModelCheckpoint, the strategy's init
+args, the backend's signature) and a misspelled key is the parser's one-line error. `--set dotted.key=value`
+overrides one key as `--dotted.key=value` would. `--yaml-only` merges the YAML files alone (later keys
+override earlier ones, lists are replaced) with the script's own defaults, without importing torch. No model
+is loaded: the architecture comes from a built-in table (Qwen2.5-7B-Instruct, SmolLM2-135M-Instruct), a
+local HF folder's config.json, or `model.<role>.tiny`. `--gpus` defaults to trainer.devices x num_nodes,
+`--nodes` to trainer.num_nodes.
 
-Phases (they do not overlap in time): generation runs in `train_dataloader` before the epoch's
+Per GPU. Phases (they do not overlap in time): generation runs in `train_dataloader` before the epoch's
 updates, then the updates run (the agent's GRPO step, then the simulator's RWR step). So
 
     peak = static state + runtime overhead + max(training step, generation)
 
+Host RAM, per rank (`build_bill`), from what the code keeps in host memory:
+- always: the interpreter and libraries (CPU: measured here; GPU, CUDA's host side and vLLM: estimates, no
+  GPU here), tokenizers, benchmark data and Python objects (the plan's 0.25 GB CPU overhead);
+- the pools D_train and D_env after the run's epochs (bound: every prompt the longest that fits, every
+  response max_new_tokens long, ~4 bytes of text a token), and the epoch in flight: every rollout's
+  response ids and text (each rank holds the whole epoch), this rank's prompt ids, log-probs and packed rows;
+- FSDP with vLLM: the generation replicas (`distributed.compute_copy`: decoder layers in bf16, the root, i.e.
+  embeddings, final norm and LM head, kept fp32), which wait in host memory (`module.for_generation`);
+- vLLM with sleep mode, level 1: each engine's weights, offloaded to host memory while it sleeps. One engine
+  per (model config, dtype of the served policy's first parameter, adapter mode), as backends/vllm.py keys
+  them. That first parameter is the embeddings, which stay fp32 in an FSDP replica, so under the 8-GPU
+  overlay the engine runs in fp32 (a NOTE says so: its 30.5 GB exceed the 0.35 x 80 GB share it is given);
+- the model build (FSDP only, transient): Lightning's ModelParallelStrategy sets no device in
+  configure_model, so each rank loads both policies, their frozen references and the replicas in host
+  memory before sharding moves them (single device and DDP build straight on the GPU);
+- a save (transient, global rank 0): Lightning's _atomic_save serializes the whole checkpoint into memory
+  before writing it, and a gathered FSDP save (save_distributed_checkpoint false) first gathers the full
+  model and optimizer state into rank 0's host memory: twice the checkpoint on rank 0.
+Per node: the ranks on it times the per-rank figure of each phase (the ranks build at the same time, rank 0
+saves while the others hold their steady state), plus the model files in the page cache (shared,
+reclaimable).
+
+Checkpoint disk: what Lightning's checkpoint holds for this module: every policy's parameters (full fine-tuning:
+the trained weights in their dtype; LoRA: the fp32 adapters and the frozen base, once with a shared base),
+the frozen references never (module._drop_references); the optimizers' states (AdamW: two moments in the
+parameters' dtype and a step per tensor); the data module's state (pools, bound as above); loops, callbacks,
+hyper-parameters. Saves per run from each ModelCheckpoint as Lightning 2.6 runs it (`checkpoint_saves`),
+e.g. save_last + save_top_k 1 + every_n_epochs 1: two writes an epoch (the epoch's file, then last.ckpt),
+two files kept, three on disk while a new epoch file is written.
+
+The issue's rough figures for the 8-GPU overlay were 46 GB of host RAM per rank (a sleeping bf16 engine and
+all-bf16 replicas: 15.2 + 30.5 GB) and 366 GB a node. From the code: 72.5 GB per rank steady (the engine is
+fp32, 30.5 GB; the replicas keep their 2.2 GB fp32 root each: 34.8 GB; libraries 5.5 GB; pools and the epoch
+1.4 GB), 118.9 GB per rank while the models are built and 438.7 GB on rank 0 while a gathered checkpoint is
+saved, so about 0.97 TB for the node at its peak. The gathered checkpoint is 183.4 GB as the issue says
+(fp32 weights 60.9, AdamW 121.8, pools at most 0.7), written twice an epoch (20 times in 10 epochs), two
+kept, three at once at most: 550 GB of disk.
+
 Bytes are GB of 1e9. A report, not a check: the exit code is 0 whether or not the config fits, and
-non-zero only for bad input (one line naming the key). `bench/memory_check.py` compares the plan with
-peak memory measured on a CPU (bench/results/memory_check.md).
+non-zero only for bad input (one line naming the key). `bench/memory_check.py` compares the per-GPU plan
+with peak memory measured on a CPU (bench/results/memory_check.md); tests/test_memory_plan.py compares the
+checkpoint bytes and the host figure with a real CPU fit.
 """
 from __future__ import annotations
 
@@ -271,6 +316,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
     sampler_logprobs: bool = True  # generation keeps every step's logits for the sampled tokens' log-probs
+    ctx: dict[str, Any] = field(default_factory=dict)  # what the host and disk bill reads besides the roles
+    bill: Any = None  # Bill: host RAM per rank and node, checkpoint disk (build_bill)
 
     @property
     def static_total(self) -> float:
@@ -304,7 +351,7 @@ def strategy_kind(cfg: dict, gpus: int) -> str:
     return "single"
 
 
-def build_plan(cfg: dict, gpus: int, gpu_gb: float = 80.0, seq_len: int | None = None) -> Plan:
+def build_plan(cfg: dict, gpus: int, gpu_gb: float = 80.0, seq_len: int | None = None, nodes: int = 1) -> Plan:
     if gpus < 1:
         raise PlanError(f"--gpus: at least 1, got {gpus}")
     precision = str(_get(cfg, "trainer.precision", "32-true"))
@@ -401,9 +448,17 @@ def build_plan(cfg: dict, gpus: int, gpu_gb: float = 80.0, seq_len: int | None =
     device_gb = float(gpu_gb)
     plan = Plan(gpus, device_gb, device, kind, precision, S, src, roles, notes=notes, sampler_logprobs=sampler_logprobs)
     plan.overhead = (CPU_OVERHEAD_GB if device == "cpu" else GPU_OVERHEAD_GB) * GB
+    strategy = _get(cfg, "trainer.strategy", "auto")
+    plan.ctx = {"backend": backend, "bargs": bargs, "shared_base": shared_base, "accelerator": accel,
+                "strategy_name": (strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy)),
+                "strategy_args": (strategy.get("init_args") or {}) if isinstance(strategy, dict) else {},
+                "seeds": seeds, "K": K, "G": G, "tasks": tasks, "agent_new": agent_new, "sim_new": sim_new,
+                "variant": variant, "keep_text": _get(cfg, f"{coevo}.keep_rollout_text", True) is not False}
     _static(plan, shared_base, shard, kl_cap, backend, bargs)
     _training(plan, shard, kl_cap)
     _generation(plan, backend, bargs, shared_base, shard)
+    plan.bill = build_bill(cfg, plan, nodes)
+    plan.host = dict(plan.bill.steady)
     _assumptions(plan, backend, bargs, shared_base)
     return plan
 
@@ -550,12 +605,7 @@ def _generation(plan: Plan, backend: str, bargs: dict, shared_base: bool, shard:
         if bargs.get("enable_sleep_mode", False):
             plan.generation["vLLM engines (awake)"] = {
                 f"{engines} engine(s) x {share} x {plan.device_gb:g} GB": engines * share * plan.device_gb * GB}
-            if int(bargs.get("sleep_level", 1)) == 1:
-                plan.host["vLLM engine weights while asleep (level 1)"] = engines * max(
-                    r.total_params + r.trainable * (r.lora_r > 0) for r in plan.roles) * 2
-        if shard > 1:
-            plan.host["generation replicas (bf16, one per policy)"] = sum(2 * r.total_params for r in plan.roles)
-        return
+        return  # (in host memory: the sleeping engines and the FSDP replicas, `build_bill`)
     replicas = sum(2 * (r.total_params + (r.trainable if r.lora_r > 0 else 0)) for r in plan.roles) if shard > 1 else 0.0
     for role in plan.roles:
         arch = role.arch
@@ -586,6 +636,368 @@ def _generation(plan: Plan, backend: str, bargs: dict, shared_base: bool, shard:
         else:
             lines[pre_key] = 0.0
         plan.generation[f"{role.name} generation ({'hf'})"] = lines
+
+
+# ---- the whole bill: host RAM per rank and node, checkpoint disk ------------------------------
+# Host memory a process holds besides what the code's tensors and lists account for (the interpreter and the
+# libraries' code and data). CPU: measured here, 0.37 GB VmRSS with torch, lightning, transformers, peft and
+# genenv_pl imported, and at the start of a quickstart fit (its environment built, no model yet); GPU: an
+# estimate, not measured here (no GPU): the CUDA runtime and the host side of its context, cuBLAS/cuDNN/NCCL;
+# vLLM: its import (triton, its kernels) and the in-process engine's own bookkeeping, also an estimate.
+LIBS_CPU_GB = 0.40
+LIBS_GPU_GB = 4.0
+LIBS_VLLM_GB = 1.5
+TEXT_BYTES_PER_TOKEN = 4  # UTF-8 bytes of text per token (English BPE averages about 4 characters a token)
+PY_TOKEN_BYTES = 36  # a token id in a Python list: the slot (8) and an int object (28)
+PY_FLOAT_BYTES = 32  # a log-prob in a Python list: the slot (8) and a float object (24)
+PACKED_BYTES = 28  # a packed row's position: input_ids and attention_mask (int64), response_mask and old_logp (fp32)
+POOL_ENTRY_MEM = 1000  # a pool entry's dicts, keys, floats and str headers in memory, besides its text
+POOL_ENTRY_PICKLED = 200  # the same, pickled into the checkpoint
+CKPT_RECORD_BYTES = 256  # a tensor in the checkpoint's zip: its record headers, 64-byte alignment, pickled reference
+CKPT_BOOKKEEPING = 64e3  # loops, callback states (ModelCheckpoint, RunSummary), hyper-parameters, counters, metrics
+LIGHTNING_MAX_EPOCHS = 1000  # Trainer: max_epochs None and max_steps -1 train 1000 epochs
+VLLM_MAX_LORAS = 2  # genenv_pl/backends/vllm.py starts a LoRA engine with max_loras=2
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's max_lora_rank values (the next one up is taken)
+# Lightning's ModelCheckpoint defaults (the YAML path; the typed path reads them from the class)
+MODELCHECKPOINT_DEFAULTS = {"save_last": None, "save_top_k": 1, "every_n_epochs": None, "every_n_train_steps": None,
+                            "train_time_interval": None, "monitor": None, "save_weights_only": False}
+
+
+@dataclass
+class Saves:
+    """One ModelCheckpoint's files over a run: full writes, files left at the end, most files on disk at once."""
+    name: str
+    writes: int
+    kept: int
+    peak: int
+    links: int = 0
+
+
+@dataclass
+class Bill:
+    ranks: int
+    nodes: int
+    per_node: int
+    epochs: int
+    epochs_src: str
+    base: dict[str, float]  # per rank, every phase: libraries, tokenizers and data
+    steady: dict[str, float]  # per rank, the whole run after the build
+    build: dict[str, float]  # per rank, while configure_model builds the policies in host memory (FSDP)
+    save: dict[str, float]  # the saving rank (global rank 0; each rank for sharded saves), while a save runs
+    shared: dict[str, float]  # per node, shared by its ranks
+    ckpt: dict[str, float]  # bytes of one save (the last one: the pools grow with the epochs)
+    saves: list[Saves]
+    sharded: bool  # FSDP: a folder of per-rank shards (save_distributed_checkpoint true)
+    phase_key: str = ""  # CPU: the steady line that a save does not coexist with (the step's activations)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rank_steady(self) -> float:
+        return sum(self.base.values()) + sum(self.steady.values())
+
+    @property
+    def rank_build(self) -> float:
+        return sum(self.base.values()) + sum(self.build.values()) if self.build else 0.0
+
+    @property
+    def rank_save(self) -> float:
+        return self.rank_steady - self.steady.get(self.phase_key, 0.0) + sum(self.save.values())
+
+    @property
+    def rank_peak(self) -> float:
+        return max(self.rank_steady, self.rank_build, self.rank_save)
+
+    def node_phases(self) -> dict[str, float]:
+        n = self.per_node
+        saving = n * self.rank_save if self.sharded else (n - 1) * self.rank_steady + self.rank_save
+        out = {"steady": n * self.rank_steady, "save (node of rank 0)": saving}
+        if self.build:
+            out["model build"] = n * self.rank_build
+        return out
+
+    @property
+    def node_peak(self) -> float:
+        return max(self.node_phases().values()) + sum(self.shared.values())
+
+    @property
+    def per_save(self) -> float:
+        return sum(self.ckpt.values())
+
+    def disk(self) -> dict[str, float]:
+        s = self.per_save
+        return {"kept": sum(x.kept for x in self.saves) * s, "peak": sum(x.peak for x in self.saves) * s,
+                "written": sum(x.writes for x in self.saves) * s, "writes": sum(x.writes for x in self.saves)}
+
+
+def run_epochs(cfg: dict) -> tuple[int, str]:
+    e = _get(cfg, "trainer.max_epochs", None)
+    steps = _get(cfg, "trainer.max_steps", -1)
+    if isinstance(e, int) and not isinstance(e, bool) and e >= 0:
+        return e, "trainer.max_epochs"
+    if e is None and steps in (-1, None):
+        return LIGHTNING_MAX_EPOCHS, "trainer.max_epochs unset: Lightning's default"
+    return LIGHTNING_MAX_EPOCHS, f"trainer.max_epochs {e!r} / max_steps {steps!r}: planned as {LIGHTNING_MAX_EPOCHS}"
+
+
+def checkpoint_callbacks(cfg: dict) -> list[dict]:
+    """Every ModelCheckpoint in trainer.callbacks, with Lightning's defaults filled in; Lightning's own default
+    one (save_top_k 1, every epoch) where there is none and trainer.enable_checkpointing is not false."""
+    found = []
+    for cb in _get(cfg, "trainer.callbacks", []) or []:
+        path = cb.get("class_path", "") if isinstance(cb, dict) else str(cb)
+        if str(path).rsplit(".", 1)[-1] == "ModelCheckpoint":
+            args = (cb.get("init_args") or {}) if isinstance(cb, dict) else {}
+            found.append({**MODELCHECKPOINT_DEFAULTS, **args})
+    if not found and _get(cfg, "trainer.enable_checkpointing", True) is not False:
+        found.append(dict(MODELCHECKPOINT_DEFAULTS, default=True))
+    return found
+
+
+def checkpoint_saves(mc: dict, epochs: int) -> Saves:
+    """The files one ModelCheckpoint writes over `epochs` epochs, as Lightning 2.6's ModelCheckpoint does at each
+    train epoch end (GenEnv resumes only from end-of-epoch checkpoints): the epoch's top-k file every
+    `every_n_epochs` (the new one written before the one it replaces is removed), then `last.ckpt` rewritten in
+    place after each of those saves (save_last true; "link": a symlink), or once at the end of training when no
+    other checkpoint was saved. With a monitor, every save is counted as an improvement (an upper bound)."""
+    k = mc.get("save_top_k", 1)
+    k = 1 if k is None else int(k)
+    last = mc.get("save_last")
+    monitor = mc.get("monitor")
+    if monitor is None and k not in (-1, 0, 1):
+        raise PlanError(f"trainer.callbacks ModelCheckpoint: save_top_k {k} without a monitor (Lightning refuses it)")
+    every = mc.get("every_n_epochs")
+    if every is None and mc.get("every_n_train_steps") is None and mc.get("train_time_interval") is None:
+        n = 1  # (ModelCheckpoint.__init_triggers)
+    else:
+        n = int(every or 0)
+    topk: list[int] = []
+    writes = links = peak = 0
+    last_file = saved = False
+    for e in range(epochs):
+        if k == 0 or n < 1 or (e + 1) % n:
+            continue
+        topk.append(e)
+        writes += 1
+        saved = True
+        peak = max(peak, len(topk) + last_file)
+        if (monitor is None and k == 1) or (monitor is not None and k > 0):
+            del topk[:-k]
+        if last == "link":
+            links += 1
+        elif last:
+            writes += 1
+            last_file = True
+            peak = max(peak, len(topk) + 1)  # (rewritten in place: one file)
+    if last and not saved:  # on_train_end: save_last with nothing saved yet
+        writes += 1
+        last_file = True
+        peak = max(peak, len(topk) + 1)
+    name = "ModelCheckpoint(" + ", ".join(f"{key}={mc.get(key)!r}" for key in ("save_last", "save_top_k", "every_n_epochs")
+                                          if key in mc) + (", monitor=" + repr(monitor) if monitor else "") + ")"
+    if mc.get("default"):
+        name = "Lightning's default ModelCheckpoint (save_top_k 1, every epoch)"
+    return Saves(name, writes, len(topk) + last_file, peak, links)
+
+
+def _lora_r_engine(r: int) -> int:
+    return next((x for x in VLLM_LORA_RANKS if x >= r), r)
+
+
+def _policy_bytes(role: Role, adapter_bytes: int) -> float:
+    """A built policy: its weights in the loaded dtype, a LoRA adapter in fp32 (PEFT's default)."""
+    if role.lora_r > 0:
+        return role.base_bytes * role.total_params + adapter_bytes * role.trainable
+    return role.base_bytes * role.total_params
+
+
+def _copy_bytes(role: Role, compute: int | None, adapter_bytes: int) -> float:
+    """`distributed.compute_copy` (compute dtype given): the decoder layers' parameters (adapters too) in it, the
+    root (embeddings, final norm, LM head) as loaded; else a deepcopy (each parameter as it is)."""
+    if compute is None:
+        return _policy_bytes(role, adapter_bytes)
+    root = _root_params(role.arch)
+    return compute * (role.total_params - root + (role.trainable if role.lora_r > 0 else 0)) + role.base_bytes * root
+
+
+def _tensor_count(arch: Arch, role: Role) -> int:
+    per_layer = 7 + 2 + (3 if arch.qkv_bias else 0)
+    base = arch.layers * per_layer + 2 + (0 if arch.tied else 1)
+    return base + (2 * arch.layers * len(role.targets) if role.lora_r > 0 else 0)
+
+
+def build_bill(cfg: dict, plan: Plan, nodes: int = 1) -> Bill:
+    """Host RAM per rank and per node, and checkpoint disk, from what the code does (see the module docstring)."""
+    c, p = plan.ctx, plan.precision
+    ranks = plan.gpus
+    if nodes < 1 or ranks % nodes:
+        raise PlanError(f"--nodes: {nodes} does not divide the {ranks} ranks (--gpus)")
+    per_node = ranks // nodes
+    epochs, epochs_src = run_epochs(cfg)
+    a, s = plan.roles
+    gpu = plan.device == "gpu"
+    fsdp = plan.strategy == "fsdp"
+    fsdp2 = fsdp and "modelparallel" in c["strategy_name"].lower()
+    sargs = c["strategy_args"]
+    backend, bargs = c["backend"], c["bargs"]
+    adapter_bytes = 2 if p == "bf16-true" else 4
+    cb = 2 if p.startswith("bf16") else 4  # the compute dtype's bytes
+    notes: list[str] = []
+    base: dict[str, float] = {}
+    steady: dict[str, float] = {}
+    build: dict[str, float] = {}
+    save: dict[str, float] = {}
+    shared: dict[str, float] = {}
+    phase_key = ""
+
+    # -- every phase: the interpreter and libraries; tokenizers, benchmark data and Python objects --
+    libs = (LIBS_GPU_GB if gpu else LIBS_CPU_GB) * GB
+    base["libraries + CUDA context, host side (estimate)" if gpu else "Python + torch, lightning, transformers"] = libs
+    if backend == "vllm":
+        base["vLLM library and in-process engine (estimate)"] = LIBS_VLLM_GB * GB
+    if gpu:
+        base["tokenizers, benchmark data, Python objects and heap slack"] = CPU_OVERHEAD_GB * GB
+    else:  # the per-device plan is the host's: its static state, and its peak phase with the runtime overhead
+        steady["training state (per-device plan: static)"] = plan.static_total
+        phase_key = "per-device plan: overhead + max(training, generation)"
+        steady[phase_key] = plan.peak - plan.static_total
+
+    # -- built in host memory, then moved to the device --
+    # Single device and DDP: Lightning's tensor_init_context makes the GPU the default device inside configure_model,
+    # and from_pretrained loads straight onto it. ModelParallelStrategy / FSDPStrategy: no device context, so the
+    # policies, the frozen references and the generation replicas are built in host memory and leave it as each is
+    # sharded (fully_shard moves the states to the GPU) in `_shard_policies`: agent replica, shard agent,
+    # simulator replica, shard simulator, then the references.
+    compute = cb if (fsdp2 and p.startswith("bf16")) else None
+    reps = [_copy_bytes(r, compute, adapter_bytes) for r in plan.roles] if fsdp else [0.0, 0.0]
+    if gpu and fsdp:
+        pols = [_policy_bytes(r, adapter_bytes) for r in plan.roles]
+        ref_compute = cb if p.startswith("bf16") else None  # module._frozen_copy: compute_copy unless fp32
+        refs = sum(_copy_bytes(r, ref_compute, adapter_bytes) for r in plan.roles if r.kl and r.lora_r <= 0)
+        m1 = sum(pols) + refs + reps[0]
+        m2 = pols[1] + refs + reps[0] + reps[1]
+        build["agent + simulator as loaded"] = sum(pols)
+        if refs:
+            build["frozen references (compute_copy)"] = refs
+        build["generation replicas being made (before sharding)"] = max(m1, m2) - sum(pols) - refs
+
+    # -- the whole run --
+    if fsdp and backend == "vllm":  # module.for_generation: the replica waits in host memory, vLLM holds its own copy
+        steady["FSDP generation replicas (compute_copy, one per policy)"] = sum(reps)
+    if backend == "vllm":
+        # One engine per (model config, dtype of the served policy's first parameter, adapter mode): the served
+        # policy is the FSDP replica (first parameter: the embeddings, root, kept as loaded) or the policy itself,
+        # so the engine runs in the loaded dtype. LoRA with lora_sync adapter: VLLM_MAX_LORAS adapter slots too.
+        adapter_mode = str(bargs.get("lora_sync", "adapter")) == "adapter"
+        engines: dict[tuple, float] = {}
+        for r in plan.roles:
+            lora = adapter_mode and r.lora_r > 0
+            key = (r.arch, r.base_bytes, lora)
+            slots = VLLM_MAX_LORAS * r.arch.lora_params(_lora_r_engine(r.lora_r), r.targets) * r.base_bytes if lora else 0
+            engines[key] = max(engines.get(key, 0.0), r.total_params * r.base_bytes + slots)
+        weights = sum(engines.values())
+        dtypes = sorted({("fp32" if k[1] == 4 else "bf16" if k[1] == 2 else f"{k[1]} B") for k in engines})
+        if gpu and bargs.get("enable_sleep_mode", False):
+            if int(bargs.get("sleep_level", 1)) == 1:
+                steady[f"vLLM engine weights asleep (level 1; {len(engines)} engine(s), {'/'.join(dtypes)})"] = weights
+        elif not gpu:
+            kv = float(bargs.get("kv_cache_gib") or 1) * 2**30
+            steady[f"vLLM engines in RAM ({len(engines)}: weights {'/'.join(dtypes)} + KV cache)"] = weights + len(engines) * kv
+        if gpu and 4 in {k[1] for k in engines} and p.startswith("bf16"):
+            share = float(bargs.get("gpu_memory_utilization", 0.3)) * plan.device_gb * GB
+            biggest = max(engines.values())
+            notes.append("the vLLM engine runs in fp32 under bf16 training: backends/vllm.py `_dtype` takes the served "
+                         "policy's first parameter, the embeddings, which stay fp32" + (" in the FSDP replica" if fsdp else "")
+                         + f"; {biggest / GB:.1f} GB of weights per engine"
+                         + (f", more than its GPU share ({share / GB:.1f} GB), which leaves no room for a KV cache: vLLM refuses to "
+                            "start such an engine" if biggest > share else ""))
+
+    # pools (D_train, D_env) and the epoch in flight
+    S, G, K, seeds = plan.seq_len, c["G"], c["K"], c["seeds"]
+    fresh = seeds * K  # at most: valid generated tasks an epoch (D_train: fresh tasks only; D_env: their samples)
+    a_prompt, s_prompt = S - c["agent_new"], S - c["sim_new"]
+    train_text = (a_prompt + G * c["agent_new"] * c["keep_text"]) * TEXT_BYTES_PER_TOKEN
+    env_text = (s_prompt + c["sim_new"]) * TEXT_BYTES_PER_TOKEN if c["variant"] in ("genenv", "no-band") else 0.0
+    env_n = fresh if env_text else 0
+    pools_mem = epochs * (fresh * (train_text + POOL_ENTRY_MEM + G * PY_FLOAT_BYTES) + env_n * (env_text + POOL_ENTRY_MEM))
+    pools_pickled = epochs * (fresh * (train_text + POOL_ENTRY_PICKLED + 9 * G) + env_n * (env_text + POOL_ENTRY_PICKLED))
+    steady[f"pools D_train + D_env after {epochs} epochs (bound)"] = pools_mem
+    rollouts = c["tasks"] * G
+    own_rows = math.ceil(rollouts / ranks)
+    own_sim = math.ceil(fresh / ranks)
+    own_tasks = math.ceil(c["tasks"] / ranks)
+    epoch_bytes = (rollouts * c["agent_new"] * (PY_TOKEN_BYTES + TEXT_BYTES_PER_TOKEN)  # every rank: all responses
+                   + fresh * c["sim_new"] * (PY_TOKEN_BYTES + TEXT_BYTES_PER_TOKEN)
+                   + own_rows * (a_prompt * 8 + c["agent_new"] * PY_FLOAT_BYTES) + own_tasks * a_prompt * 28
+                   + own_sim * (s_prompt * 8 + c["sim_new"] * PY_FLOAT_BYTES)
+                   + (own_rows + own_sim) * S * PACKED_BYTES)  # this rank's rows, packed
+    steady[f"epoch in flight: {rollouts} rollouts, {own_rows} rows here (bound)"] = epoch_bytes
+
+    # -- checkpoint: what Lightning's checkpoint holds for this module --
+    # state_dict: every policy's parameters (a LoRA policy's frozen base too: PEFT's state_dict holds it; one base
+    # with model.shared_base, whose tensors torch.save stores once), the frozen references dropped
+    # (module._drop_references); optimizer_states: AdamW's exp_avg, exp_avg_sq (the parameter's dtype) and step
+    # per trainable tensor; the data module's state (pools, rates, rng); loops, callbacks, hyper-parameters.
+    mcs = checkpoint_callbacks(cfg)
+    weights_only = bool(mcs) and all(bool(m.get("save_weights_only")) for m in mcs)
+    ckpt: dict[str, float] = {}
+    full = [r for r in plan.roles if r.lora_r <= 0]
+    lora = [r for r in plan.roles if r.lora_r > 0]
+    if full:
+        ckpt["trained weights (" + ", ".join(f"{r.name} {r.base_bytes * 8}-bit" for r in full) + ")"] = sum(
+            r.base_bytes * r.total_params for r in full)
+    if lora:
+        bases = 1 if c["shared_base"] else len(lora)
+        ckpt[f"LoRA adapters ({adapter_bytes * 8}-bit)"] = sum(adapter_bytes * r.trainable for r in lora)
+        ckpt[f"frozen base weights ({bases} base{'s' if bases > 1 else ''})"] = sum(
+            r.base_bytes * r.total_params for r in lora[:bases])
+    state_bytes = 2 if p == "bf16-true" else 4
+    tensors = sum(_tensor_count(r.arch, r) for r in (plan.roles if not c["shared_base"] else plan.roles[:1]))
+    if c["shared_base"]:
+        tensors += 2 * a.arch.layers * len(s.targets)
+    if not weights_only:
+        trainable_tensors = [(_tensor_count(r.arch, r) if r.lora_r <= 0 else 2 * r.arch.layers * len(r.targets))
+                             for r in plan.roles]
+        steps = [int(r.opt_name != "SGD") for r in plan.roles]  # a 0-d fp32 `step` per tensor (not SGD's state)
+        ckpt["optimizer state (" + ", ".join(f"{r.opt_name} {r.opt_states} x {state_bytes * 8}-bit" for r in plan.roles) + ")"] = sum(
+            r.trainable * r.opt_states * state_bytes + 4 * n * k for r, n, k in zip(plan.roles, trainable_tensors, steps))
+        tensors += sum(n * (r.opt_states + k) for r, n, k in zip(plan.roles, trainable_tensors, steps))
+    ckpt[f"pools after {epochs} epochs (bound)"] = pools_pickled
+    ckpt[f"tensor records ({tensors}) and Lightning bookkeeping"] = tensors * CKPT_RECORD_BYTES + CKPT_BOOKKEEPING
+    per_save = sum(ckpt.values())
+    tensor_bytes = per_save - pools_pickled - ckpt[f"tensor records ({tensors}) and Lightning bookkeeping"]
+
+    # -- while a save runs --
+    # TorchCheckpointIO (lightning.fabric's _atomic_save) serializes the whole checkpoint into a BytesIO and then
+    # writes it: the saving rank holds a serialized copy. FSDP gathered into one file (ModelParallelStrategy with
+    # save_distributed_checkpoint false; FSDPStrategy's "full" state dict): rank 0 first gathers the full model and
+    # optimizer state into host memory (cpu_offload), then serializes it. Sharded: each rank's shard, written by DCP.
+    if fsdp2:
+        sharded = bool(sargs.get("save_distributed_checkpoint", True))
+    elif fsdp:
+        sharded = str(sargs.get("state_dict_type", "full")) == "sharded"
+    else:
+        sharded = False
+    if sharded:
+        save[f"its shard of the state, staged by DCP (1/{ranks})"] = tensor_bytes / ranks
+    else:
+        if fsdp:
+            save["full model + optimizer state gathered to host (rank 0)"] = tensor_bytes
+        save["the checkpoint serialized in memory (_atomic_save's BytesIO)"] = per_save
+
+    # -- per node, shared by its ranks: the model files in the page cache (reclaimable) --
+    files: dict[Arch, float] = {}
+    for r in plan.roles:  # (one set of files per distinct model; bf16 files, a tiny model's fp32 cache)
+        files[r.arch] = r.total_params * (2 if r.arch.name != "tiny" else 4)
+    shared["model files in the page cache (shared, reclaimable)"] = sum(files.values())
+
+    saves = [checkpoint_saves(m, epochs) for m in mcs]
+    if c["variant"] not in ("genenv", "no-band", "genenv-random"):
+        notes.append(f"variant {c['variant']}: the fixed task set is in every checkpoint too (not counted)")
+    if _get(cfg, "data.coevo.agent_task_budget", None) is not None:
+        notes.append("data.coevo.agent_task_budget may end the run before max_epochs: fewer saves")
+    bill = Bill(ranks, nodes, per_node, epochs, epochs_src, base, steady, build, save, shared, ckpt, saves, sharded,
+                phase_key, notes)
+    return bill
 
 
 def _assumptions(plan: Plan, backend: str, bargs: dict, shared_base: bool) -> None:
@@ -637,9 +1049,8 @@ def render(plan: Plan) -> str:
     t, tn = plan.phase_total(plan.training)
     g, gn = plan.phase_total(plan.generation)
     out.append(f"runtime overhead{'':<46}{fmt(plan.overhead)}")
-    if plan.host:
-        out.append("host memory (not on the GPU):")
-        out += [f"  {k:<62}{fmt(v)}" for k, v in plan.host.items()]
+    if plan.bill is not None:
+        out += render_bill(plan.bill)
     worst = "training: " + tn if t >= g else "generation: " + gn
     out.append(f"peak = static {plan.static_total / GB:.2f} + overhead {plan.overhead / GB:.2f} + max(training "
                f"{t / GB:.2f}, generation {g / GB:.2f}) GB  [{worst}]")
@@ -648,17 +1059,108 @@ def render(plan: Plan) -> str:
     return "\n".join(out)
 
 
+def render_bill(bill: Bill) -> list[str]:
+    """The host RAM and checkpoint disk sections (between the per-GPU lines and the per-GPU verdict)."""
+    out = [f"host RAM per rank ({bill.ranks} rank(s), {bill.per_node} per node on {bill.nodes} node(s); "
+           f"{bill.epochs} epochs, {bill.epochs_src}):"]
+    out += [f"  {k:<62}{fmt(v)}" for k, v in bill.base.items()]
+    out += [f"  {k:<62}{fmt(v)}" for k, v in bill.steady.items() if v]
+    out.append(f"  {'= per rank, steady':<62}{fmt(bill.rank_steady)}")
+    if bill.build:
+        out.append("  while configure_model builds the policies in host memory (FSDP; each rank, once):")
+        out += [f"    {k:<60}{fmt(v)}" for k, v in bill.build.items() if v]
+        out.append(f"  {'= per rank, model build':<62}{fmt(bill.rank_build)}")
+    out.append(f"  while a checkpoint is saved ({'every rank' if bill.sharded else 'global rank 0'}):")
+    out += [f"    {k:<60}{fmt(v)}" for k, v in bill.save.items() if v]
+    out.append(f"  {'= saving rank' + (', after the step frees its activations' if bill.phase_key else ''):<62}"
+               f"{fmt(bill.rank_save)}")
+    out.append(f"host RAM per node ({bill.per_node} rank(s)):")
+    out += [f"  {k:<62}{fmt(v)}" for k, v in bill.node_phases().items()]
+    out += [f"  + {k:<60}{fmt(v)}" for k, v in bill.shared.items()]
+    out.append(f"  {'= per node, peak':<62}{fmt(bill.node_peak)}")
+    out.append(f"checkpoint disk, one save ({'a folder of ' + str(bill.ranks) + ' shards' if bill.sharded else 'one file'}):")
+    out += [f"  {k:<62}{fmt(v)}" for k, v in bill.ckpt.items()]
+    out.append(f"  {'= per save':<62}{fmt(bill.per_save)}")
+    d = bill.disk()
+    for x in bill.saves:
+        out.append(f"  {x.name}: {x.writes} writes, {x.kept} kept at the end, at most {x.peak} at once"
+                   + (f", {x.links} symlink updates" if x.links else ""))
+    if not bill.saves:
+        out.append("  no checkpoints (trainer.enable_checkpointing false)")
+    out.append(f"  = per run: {d['kept'] / GB:.1f} GB kept, {d['peak'] / GB:.1f} GB at most on disk, "
+               f"{d['written'] / GB:.1f} GB written ({d['writes']} saves)")
+    out += [f"  NOTE {n}" for n in bill.notes]
+    others = max(bill.rank_steady, bill.rank_build)
+    out.append(f"host RAM: {bill.rank_peak / GB:.1f} GB per rank at most" + (
+        f" (rank 0 while saving; the others {others / GB:.1f})" if bill.rank_save > others and bill.ranks > 1
+        and not bill.sharded else "") + f", {bill.node_peak / GB:.1f} GB per node; checkpoints: "
+        f"{bill.per_save / GB:.2f} GB per save, {d['peak'] / GB:.1f} GB of disk at most")
+    return out
+
+
+def typed_config(paths: list[str], sets: list[str] = ()) -> dict:
+    """The merged config as a run parses it: through the project's own CLI parser (`genenv_pl.cli.GenEnvCLI`:
+    the LightningModule's and the data module's init args with the config dataclasses, the Trainer's arguments,
+    every class_path's init args), with every default filled in, and nothing built: no preflight (GPU, data,
+    models), no seed, no instantiation. A bad key exits with the parser's one-line error (status 2). The
+    backend's own defaults (`backend_args` is a free dict) are added from its class signature."""
+    import inspect
+
+    from lightning.pytorch.cli import LightningCLI
+
+    from genenv_pl.cli import GenEnvCLI
+    from genenv_pl.datamodule import GenEnvDataModule
+    from genenv_pl.module import GenEnvModule
+
+    class ParseOnly(GenEnvCLI):
+        def parse_arguments(self, parser, args) -> None:
+            LightningCLI.parse_arguments(self, parser, args)
+
+        def _set_seed(self) -> None:
+            pass
+
+        def instantiate_classes(self) -> None:
+            pass
+
+    args = [a for path in paths for a in ("--config", path)]
+    for assignment in sets:
+        if "=" not in assignment:
+            raise PlanError(f"--set {assignment!r}: expected dotted.key=value")
+        key, value = assignment.split("=", 1)
+        args.append(f"--{key.strip()}={value}")
+    cfg = ParseOnly(GenEnvModule, GenEnvDataModule, run=False, args=args).config.clone().as_dict()
+    backend = _get(cfg, "model.backend", "hf")
+    if backend in ("hf", "vllm"):
+        if backend == "hf":
+            from genenv_pl.backends.hf import HFBackend as cls
+        else:
+            from genenv_pl.backends.vllm import VLLMBackend as cls  # (vLLM itself is imported only to generate)
+        defaults = {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+                    if v.default is not inspect.Parameter.empty}
+        cfg["model"]["backend_args"] = {**defaults, **(cfg["model"].get("backend_args") or {})}
+    return cfg
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", action="append", required=True, help="YAML config; repeat to overlay (later wins)")
-    ap.add_argument("--gpus", type=int, default=1, help="devices the run uses (FSDP shards over them)")
+    ap.add_argument("--gpus", type=int, default=None,
+                    help="ranks (devices) of the run in all; FSDP shards over them (default: trainer.devices x num_nodes)")
+    ap.add_argument("--nodes", type=int, default=None, help="nodes the ranks are spread over (default: trainer.num_nodes)")
     ap.add_argument("--gpu-gb", type=float, default=80.0, help="memory of one device in GB (1e9); for a CPU run, RAM")
     ap.add_argument("--seq-len", type=int, default=None, help="sequence to plan for (overrides data.coevo.max_seq_len)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a dotted key (YAML value)")
+    ap.add_argument("--yaml-only", action="store_true",
+                    help="merge the YAML files alone, with the script's own defaults (no torch import: fast)")
     ap.add_argument("--json", action="store_true", help="also print the plan's numbers as one JSON line before the last line")
     args = ap.parse_args(argv)
     try:
-        plan = build_plan(load_config(args.config, args.set), args.gpus, args.gpu_gb, args.seq_len)
+        cfg = load_config(args.config, args.set) if args.yaml_only else typed_config(args.config, args.set)
+        devices, num_nodes = _get(cfg, "trainer.devices", 1), _get(cfg, "trainer.num_nodes", 1)
+        nodes = args.nodes if args.nodes is not None else num_nodes if isinstance(num_nodes, int) and num_nodes > 0 else 1
+        gpus = args.gpus if args.gpus is not None else (
+            devices * nodes if isinstance(devices, int) and not isinstance(devices, bool) and devices > 0 else 1)
+        plan = build_plan(cfg, gpus, args.gpu_gb, args.seq_len, nodes)
     except PlanError as e:
         print(f"memory_plan: error: {e}", file=sys.stderr)
         return 2
@@ -674,12 +1176,27 @@ def main(argv: list[str] | None = None) -> int:
 def to_dict(plan: Plan) -> dict:
     t, tn = plan.phase_total(plan.training)
     g, gn = plan.phase_total(plan.generation)
-    return {"peak_gb": plan.peak / GB, "static_gb": plan.static_total / GB, "training_gb": t / GB, "training_worst": tn,
-            "generation_gb": g / GB, "generation_worst": gn, "overhead_gb": plan.overhead / GB,
-            "static": {k: v / GB for k, v in plan.static.items()},
-            "training": {k: {kk: vv / GB for kk, vv in v.items()} for k, v in plan.training.items()},
-            "generation": {k: {kk: vv / GB for kk, vv in v.items()} for k, v in plan.generation.items()},
-            "host": {k: v / GB for k, v in plan.host.items()}, "fits": plan.fits, "device_gb": plan.device_gb}
+    out = {"peak_gb": plan.peak / GB, "static_gb": plan.static_total / GB, "training_gb": t / GB, "training_worst": tn,
+           "generation_gb": g / GB, "generation_worst": gn, "overhead_gb": plan.overhead / GB,
+           "static": {k: v / GB for k, v in plan.static.items()},
+           "training": {k: {kk: vv / GB for kk, vv in v.items()} for k, v in plan.training.items()},
+           "generation": {k: {kk: vv / GB for kk, vv in v.items()} for k, v in plan.generation.items()},
+           "host": {k: v / GB for k, v in plan.host.items()}, "fits": plan.fits, "device_gb": plan.device_gb}
+    b = plan.bill
+    if b is not None:
+        d = b.disk()
+        out["host_ram"] = {"rank_steady_gb": b.rank_steady / GB, "rank_build_gb": b.rank_build / GB,
+                           "rank_save_gb": b.rank_save / GB, "rank_peak_gb": b.rank_peak / GB,
+                           "node_peak_gb": b.node_peak / GB, "ranks": b.ranks, "per_node": b.per_node,
+                           "lines": {k: v / GB for k, v in {**b.base, **b.steady}.items()},
+                           "build": {k: v / GB for k, v in b.build.items()}, "save": {k: v / GB for k, v in b.save.items()},
+                           "shared": {k: v / GB for k, v in b.shared.items()}}
+        out["checkpoint"] = {"per_save_gb": b.per_save / GB, "lines": {k: v / GB for k, v in b.ckpt.items()},
+                             "sharded": b.sharded, "epochs": b.epochs, "kept_gb": d["kept"] / GB, "peak_disk_gb": d["peak"] / GB,
+                             "written_gb": d["written"] / GB, "writes": d["writes"],
+                             "saves": [{"name": x.name, "writes": x.writes, "kept": x.kept, "peak": x.peak, "links": x.links}
+                                       for x in b.saves]}
+    return out
 
 
 if __name__ == "__main__":
