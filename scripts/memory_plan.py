@@ -30,9 +30,9 @@ Host RAM, per rank (`build_bill`), from what the code keeps in host memory:
 - FSDP with vLLM: the generation replicas (`distributed.compute_copy`: decoder layers in bf16, the root, i.e.
   embeddings, final norm and LM head, kept fp32), which wait in host memory (`module.for_generation`);
 - vLLM with sleep mode, level 1: each engine's weights, offloaded to host memory while it sleeps. One engine
-  per (model config, dtype of the served policy's first parameter, adapter mode), as backends/vllm.py keys
-  them. That first parameter is the embeddings, which stay fp32 in an FSDP replica, so under the 8-GPU
-  overlay the engine runs in fp32 (a NOTE says so: its 30.5 GB exceed the 0.35 x 80 GB share it is given);
+  per (model config, dtype of the served policy's decoder layers, adapter mode), as backends/vllm.py keys
+  them: an FSDP replica's layers are in the compute dtype (bf16 under the 8-GPU overlay), a policy's own
+  layers in the dtype it was loaded in;
 - the model build (FSDP only, transient): Lightning's ModelParallelStrategy sets no device in
   configure_model, so each rank loads both policies, their frozen references and the replicas in host
   memory before sharding moves them (single device and DDP build straight on the GPU);
@@ -884,16 +884,17 @@ def build_bill(cfg: dict, plan: Plan, nodes: int = 1) -> Bill:
     if fsdp and backend == "vllm":  # module.for_generation: the replica waits in host memory, vLLM holds its own copy
         steady["FSDP generation replicas (compute_copy, one per policy)"] = sum(reps)
     if backend == "vllm":
-        # One engine per (model config, dtype of the served policy's first parameter, adapter mode): the served
-        # policy is the FSDP replica (first parameter: the embeddings, root, kept as loaded) or the policy itself,
-        # so the engine runs in the loaded dtype. LoRA with lora_sync adapter: VLLM_MAX_LORAS adapter slots too.
+        # One engine per (model config, dtype of the served policy's decoder layers, adapter mode): the served
+        # policy is the FSDP replica (layers in the compute dtype) or the policy itself (layers as loaded).
+        # LoRA with lora_sync adapter: VLLM_MAX_LORAS adapter slots too.
         adapter_mode = str(bargs.get("lora_sync", "adapter")) == "adapter"
         engines: dict[tuple, float] = {}
         for r in plan.roles:
             lora = adapter_mode and r.lora_r > 0
-            key = (r.arch, r.base_bytes, lora)
-            slots = VLLM_MAX_LORAS * r.arch.lora_params(_lora_r_engine(r.lora_r), r.targets) * r.base_bytes if lora else 0
-            engines[key] = max(engines.get(key, 0.0), r.total_params * r.base_bytes + slots)
+            eb = compute if fsdp and compute else r.base_bytes  # the engine's bytes per weight (its layers' dtype)
+            key = (r.arch, eb, lora)
+            slots = VLLM_MAX_LORAS * r.arch.lora_params(_lora_r_engine(r.lora_r), r.targets) * eb if lora else 0
+            engines[key] = max(engines.get(key, 0.0), r.total_params * eb + slots)
         weights = sum(engines.values())
         dtypes = sorted({("fp32" if k[1] == 4 else "bf16" if k[1] == 2 else f"{k[1]} B") for k in engines})
         if gpu and bargs.get("enable_sleep_mode", False):
@@ -905,9 +906,8 @@ def build_bill(cfg: dict, plan: Plan, nodes: int = 1) -> Bill:
         if gpu and 4 in {k[1] for k in engines} and p.startswith("bf16"):
             share = float(bargs.get("gpu_memory_utilization", 0.3)) * plan.device_gb * GB
             biggest = max(engines.values())
-            notes.append("the vLLM engine runs in fp32 under bf16 training: backends/vllm.py `_dtype` takes the served "
-                         "policy's first parameter, the embeddings, which stay fp32" + (" in the FSDP replica" if fsdp else "")
-                         + f"; {biggest / GB:.1f} GB of weights per engine"
+            notes.append("the vLLM engine runs in fp32 under bf16 training: the served policy's decoder layers are "
+                         "loaded in fp32 (model.<role>.dtype)" + f"; {biggest / GB:.1f} GB of weights per engine"
                          + (f", more than its GPU share ({share / GB:.1f} GB), which leaves no room for a KV cache: vLLM refuses to "
                             "start such an engine" if biggest > share else ""))
 

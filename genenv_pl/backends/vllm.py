@@ -450,7 +450,14 @@ def _unsupported(policy: Policy) -> str | None:
 
 
 def _dtype(policy: Policy) -> torch.dtype:
-    return next(_base_model(policy).parameters()).dtype
+    """The dtype the engine computes in: the decoder layers' (Hugging Face's `_no_split_modules`). Not the first
+    parameter's: an FSDP generation replica keeps its embeddings (the first parameter) and output layer in fp32
+    beside bf16 decoder layers (`genenv_pl.distributed.compute_copy`), which made a 7B engine fp32, twice the
+    memory it is given."""
+    base = _base_model(policy)
+    blocks = set(getattr(base, "_no_split_modules", None) or [])
+    layer = next((m for m in base.modules() if type(m).__name__ in blocks), base)
+    return next(layer.parameters()).dtype
 
 
 def _lora_rank(policy: Policy) -> int:
