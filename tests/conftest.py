@@ -15,6 +15,14 @@ def data_root() -> str:
     return os.environ["GENENV_DATA_ROOT"]
 
 
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory) -> Path:
+    """One model cache for the whole run. The fit tests share `test_fit._override`'s tiny models, whose warm
+    starts are cached under a digest of their config: each is trained once per run instead of once per file
+    (a file with other models, or its own warm-start settings, gets its own entries beside them)."""
+    return tmp_path_factory.mktemp("model-cache")
+
+
 BENCHMARK_TESTS = {"test_alfworld.py": "alfworld", "test_alfworld_fit.py": "alfworld", "test_api_bank.py": "api-bank", "test_bamboogle.py": "bamboogle",
                    "test_bfcl.py": "bfcl", "test_travelplanner.py": "travelplanner"}
 

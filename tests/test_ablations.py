@@ -12,10 +12,6 @@ from test_fit import _fit, _tags
 FROZEN = {"class_path": "test_ablations.SimulatorWatch"}
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("model-cache")
-
 
 def _sim_params(module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in module.simulator.parameters()]

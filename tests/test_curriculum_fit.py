@@ -46,10 +46,6 @@ class KnownOdds(ArithmeticEnv):
         return float(kind == "always")
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("model-cache")
-
 
 @pytest.fixture(autouse=True)
 def known_odds(monkeypatch):

@@ -19,10 +19,6 @@ from genenv_pl.cli import cli_main
 from test_fit import REPO, _fit, _fit_with_callback
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("model-cache")
-
 
 def _texts(tokenizer, b: dict[str, torch.Tensor]) -> list[str]:
     return [tokenizer.decode(ids[m.bool()].tolist(), skip_special_tokens=True)

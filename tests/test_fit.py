@@ -53,10 +53,6 @@ def _override(tmp: Path, cache: Path, max_epochs: int, extra_callbacks: list | N
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("model-cache")
-
 
 def _fit(tmp: Path, cache: Path, max_epochs: int, *args: str, **override):
     os.chdir(tmp)  # relative paths in the config (cache, runs) stay inside tmp

@@ -21,10 +21,6 @@ OTHER_MODEL = ('{"model": "tiny", "seed": 7, "tiny": {"hidden_size": 64, "num_la
                '"num_kv_heads": 2, "intermediate_size": 192}, "warm_start": {"steps": 200, "batch_size": 32}}')
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("model-cache")
-
 
 @pytest.fixture
 def calls(monkeypatch) -> list[tuple]:

@@ -45,13 +45,13 @@ def _scalars(log_dir: str) -> dict[str, list[float]]:
 
 
 @pytest.fixture(scope="module")
-def fitted(tmp_path_factory):
+def fitted(tmp_path_factory, cache):
     tmp = tmp_path_factory.mktemp("summary")
     cwd = os.getcwd()
     os.chdir(tmp)  # the paths in the block are relative to the working directory
     try:
         # the quickstart with test_fit's ~1M agent and short warm starts
-        yield tmp, _override(tmp, tmp / "cache", EPOCHS)
+        yield tmp, _override(tmp, cache, EPOCHS)
     finally:
         os.chdir(cwd)
 
