@@ -48,7 +48,7 @@ def test_audit_batches_counts(batches, want):
     assert sim_audit.audit_batches(batches) == want
 
 
-def test_audit_of_the_initial_simulator_and_of_a_checkpoint(tmp_path):
+def test_audit_of_the_initial_simulator_and_of_a_checkpoint(tmp_path, cache):
     os.chdir(tmp_path)  # the config's relative paths (cache, runs, checkpoints) stay here
     quick = tmp_path / "quick.yaml"  # short warm starts (as tests/test_fit.py's): a simulator that writes valid tasks
     quick.write_text(yaml.safe_dump({
@@ -56,11 +56,11 @@ def test_audit_of_the_initial_simulator_and_of_a_checkpoint(tmp_path):
             {"class_path": "callbacks.AlphaCurriculumCallback", "init_args": {"filtering_k": 0.5}},
             {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
              "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True, "save_top_k": 0}}]},
-        "model": {"eval_at_start": False, "cache_dir": str(tmp_path / "cache"),
+        "model": {"eval_at_start": False, "cache_dir": str(cache),  # (the session's: test_fit's models)
                   "agent": {"warm_start": {"steps": 150, "batch_size": 32}},
                   "simulator": {"tiny": {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
                                          "intermediate_size": 192}, "warm_start": {"steps": 300, "batch_size": 32}}},
-        "data": {"env_args": {"eval_per_level": 5, "seeds_per_level": 4}, "coevo": {"seeds_per_epoch": 4}}}))
+        "data": {"env_args": {"eval_per_level": 10, "seeds_per_level": 2}, "coevo": {"seeds_per_epoch": 4}}}))
     configs = ["--config", str(REPO / "configs/quickstart.yaml"), "--config", str(quick)]
 
     initial = sim_audit.main([*configs, "--seeds-per-round", "3", "--max-rounds", "2", "--out", str(tmp_path / "a.json")])
