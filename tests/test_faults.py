@@ -23,6 +23,9 @@ import pytest
 import torch
 import yaml
 
+# Subprocess fits killed and resumed (about a minute on one core): the slow stage of `.ci/run` runs them.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
 WAIT_FOR_CHECKPOINT_S = 240  # warm start (first run of the module) + startup + two epochs, on a loaded 2-core box
