@@ -28,8 +28,10 @@ class GRPOConfig:
     """Optimizer steps taken on each batch of rollouts, one after another (DeepSeekMath's GRPO iterations
     mu, TRL's num_iterations, verl's ppo_epochs). From the second on, the policy has moved away from the
     one that sampled the rollouts, and the ratio to their stored log-probs and its clip do their work.
-    1 (the paper, on-policy): each rollout is used once. More steps per rollout where sampling costs
-    far more than a training step, as on a CPU."""
+    1 (the paper): each rollout is used once. That is on-policy only for an epoch's first agent step: an
+    epoch's rollouts are all sampled up front by its starting agent, so its k-th step trains on rollouts k - 1
+    updates old (the ratio and its clip account for it). More steps per rollout where sampling costs far more
+    than a training step, as on a CPU."""
     old_logp: Literal["auto", "recompute", "rollout"] = "auto"
     """Where the ratio's old log-probs come from. "recompute" (verl's compute_log_prob): one no-grad
     forward pass of the agent over the epoch's rollouts before its first update, computed as the
