@@ -8,6 +8,7 @@ SmolLM2-135M from the BFCL study's committed warm start, 256 agent tasks, one ce
     python bench/protocol_pilot.py --cells lr1e-4_n16       # one cell
     python bench/protocol_pilot.py --confirm lr1e-4_n16     # the chosen cell again at the confirmation seed
     python bench/protocol_pilot.py --report-only
+    OMP_NUM_THREADS=1 python bench/protocol_pilot.py --jobs 2   # two cells at a time, one thread each
 
 Validation (76 items, disjoint from the 163 test items and from the seeds; `data.env_args.val_fraction`) scores
 the warm start and every 64 tasks, greedy and 4 answers sampled at the rollout temperature. No test item is
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -82,7 +85,6 @@ def run_cell(name: str, seed: int, out_root: Path, results: Path) -> None:
                  | ({} if name == next(iter(CELLS)) and seed == SEED else {"eval_samples_every": 128 // EVAL_EVERY})}}))
     args = argparse.Namespace(override=[RECIPE, str(cell_yaml.relative_to(REPO))], results=str(results / name),
                               epochs=BUDGET // n, task_budget=BUDGET, val_every=EVAL_EVERY // n)
-    real_llm.sync_warm_starts(STUDY, REPO / "bench" / "results" / STUDY.store)
     real_llm.fit(STUDY, out, "genenv-random", seed, args)
 
 
@@ -187,13 +189,25 @@ def main() -> None:
     p.add_argument("--out", default="bench/out/protocol_pilot")
     p.add_argument("--results", default="bench/results/protocol_pilot")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="cells at a time (each fit on the threads OMP_NUM_THREADS gives it: 1 each on 2 cores, "
+                        "as amendment 1 runs them)")
     args = p.parse_args()
     out, results = REPO / args.out, REPO / args.results
     if not args.report_only:
         write_split_manifest()
-        for name in ([args.confirm] if args.confirm else args.cells):
+        real_llm.sync_warm_starts(STUDY, REPO / "bench" / "results" / STUDY.store)  # once, before the fits share it
+        names = [args.confirm] if args.confirm else args.cells
+
+        lock = threading.Lock()
+
+        def one(name: str) -> None:
             run_cell(name, CONFIRM_SEED if args.confirm else SEED, out, results)
-            report(results)
+            with lock:  # (one writer of the report files at a time)
+                report(results)
+
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            list(pool.map(one, names))
     report(results)
 
 
