@@ -52,10 +52,10 @@ e.g. save_last + save_top_k 1 + every_n_epochs 1: two writes an epoch (the epoch
 two files kept, three on disk while a new epoch file is written.
 
 The issue's rough figures for the 8-GPU overlay were 46 GB of host RAM per rank (a sleeping bf16 engine and
-all-bf16 replicas: 15.2 + 30.5 GB) and 366 GB a node. From the code: 72.5 GB per rank steady (the engine is
-fp32, 30.5 GB; the replicas keep their 2.2 GB fp32 root each: 34.8 GB; libraries 5.5 GB; pools and the epoch
-1.4 GB), 118.9 GB per rank while the models are built and 438.7 GB on rank 0 while a gathered checkpoint is
-saved, so about 0.97 TB for the node at its peak. The gathered checkpoint is 183.4 GB as the issue says
+all-bf16 replicas: 15.2 + 30.5 GB) and 366 GB a node. From the code: 57.2 GB per rank steady (the bf16
+engine, 15.2 GB; the replicas keep their 2.2 GB fp32 root each: 34.8 GB; libraries 5.75 GB; pools and the epoch
+1.4 GB), 118.9 GB per rank while the models are built and 423.4 GB on rank 0 while a gathered checkpoint is
+saved, so about 0.97 TB for the node at its peak (the build). The gathered checkpoint is 183.4 GB as the issue says
 (fp32 weights 60.9, AdamW 121.8, pools at most 0.7), written twice an epoch (20 times in 10 epochs), two
 kept, three at once at most: 550 GB of disk.
 
