@@ -4,17 +4,13 @@ smoke run's first line is what `epoch_shape` prints for it; the script's SLURM l
 for its trainer arguments; the page shows the script as it is; the vllm extra pins the version the page names."""
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-import yaml
-
-from genenv_pl.cli import cli_main
+from test_readme import _resolved  # (parses a command as main.py does, from the repository)
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = (REPO / "docs" / "gpu.md").read_text()
@@ -41,14 +37,6 @@ def _srun_command() -> list[str]:
     (line,) = [ln for ln in SBATCH.replace("\\\n", " ").splitlines() if ln.startswith("srun ")]
     argv = shlex.split(line.rstrip("& "))
     return argv[argv.index("main.py") + 1:]
-
-
-def _resolved(capsys, argv: list[str]) -> dict:
-    os.chdir(REPO)  # the page's paths are relative to the repository (conftest restores the directory)
-    with pytest.raises(SystemExit) as exit_:
-        cli_main([*argv, "--print_config"])
-    assert exit_.value.code in (0, None), f"main.py {' '.join(argv)}: {capsys.readouterr().err[-500:]}"
-    return yaml.safe_load(capsys.readouterr().out)
 
 
 def _sbatch(option: str) -> str:
