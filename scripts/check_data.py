@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from genenv_pl.envs import REGISTRY, ConfigError  # noqa: E402
 from genenv_pl.envs.base import DATA_ROOT_ENV  # noqa: E402
-from genenv_pl.envs.datacheck import data_status  # noqa: E402
+from genenv_pl.envs.datacheck import data_root, data_status  # noqa: E402
 
 EPILOG = f"""\
 exit status:
@@ -43,9 +43,7 @@ def main(argv: list[str] | None = None) -> int:
                          "package.module:ClassName); default: all registered ones")
     args = ap.parse_args(argv)
     names = list(dict.fromkeys(args.bench or sorted(REGISTRY)))
-    root, origin = args.data_root, "--data-root"
-    if not root and os.environ.get(DATA_ROOT_ENV):
-        root, origin = os.environ[DATA_ROOT_ENV], f"${DATA_ROOT_ENV}"
+    root, origin = (args.data_root, "--data-root") if args.data_root else data_root()  # (main.py's rule)
     statuses = []
     for name in names:
         try:
