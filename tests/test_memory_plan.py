@@ -426,9 +426,10 @@ def _files(folder) -> set[str]:
 
 # ---- against a real run: the quickstart, one epoch on the CPU ----------------------------------------------
 # The child: a real `fit` (the CLI, the quickstart with tests/test_fit.py's small overrides), recording its peak
-# RSS (ru_maxrss), the longest rows it trained on, its pools as pickled, and its checkpoints.
+# RSS (VmHWM), the longest rows it trained on, its pools as pickled, and its checkpoints. Not ru_maxrss: Linux
+# carries a process's peak across exec, so a child started by a large pytest process reports the parent's peak.
 CHILD = r"""
-import json, pickle, resource, sys
+import json, pickle, sys
 import lightning as L
 from genenv_pl.cli import GenEnvCLI
 from genenv_pl.datamodule import GenEnvDataModule
@@ -452,7 +453,8 @@ class Probe(L.Callback):
 cli = GenEnvCLI(GenEnvModule, GenEnvDataModule, run=False, args=["--config", sys.argv[2], "--config", sys.argv[3]])
 cli.trainer.callbacks.insert(0, Probe())
 cli.trainer.fit(cli.model, cli.datamodule)
-rec = dict(shapes, maxrss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+rec = dict(shapes, maxrss=hwm * 1024,
            datamodule_pickled=len(pickle.dumps(cli.datamodule.state_dict())), counters=cli.model.counters,
            vocab=[len(cli.model.agent.tokenizer), len(cli.model.simulator.tokenizer)])
 json.dump(rec, open(sys.argv[1], "w"))
@@ -528,7 +530,7 @@ def test_checkpoint_bytes_of_a_real_save_are_the_plans(quickstart_run):
 @pytest.mark.slow
 def test_host_ram_per_rank_bounds_a_real_cpu_run(quickstart_run):
     """The plan's per-rank host figure for that CPU run, planned at the longest rows the run trained on
-    (--seq-len), against its peak RSS (ru_maxrss of the child process). A CPU run can only bound it: each line of
+    (--seq-len), against its peak RSS (VmHWM of the child process). A CPU run can only bound it: each line of
     the plan is a bound (every row max_seq_len long, the largest batch in every pass, the fixed 0.25 GB for
     tokenizers, data and heap slack), and at this size the libraries and that fixed share are most of it. So:
     the plan is at least the measured peak, and at most 1.75 times it (measured: 0.58 GB, the plan 1.5 times

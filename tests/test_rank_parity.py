@@ -197,9 +197,10 @@ def test_the_same_epochs_on_n_ranks_train_the_one_rank_weights(tmp_path, one_ran
     for epoch, rows in ref["rows"].items():  # the ranks packed the one-rank rows between them, each once
         for role in ("agent", "sim"):
             assert sum(ranks[r]["rows"][epoch][role] for r in ranks) == rows[role], (epoch, role)
-    # every seed of an epoch was written for once, by one rank (the simulator's prompts, max_new_tokens 16)
-    sim_calls = [c for c in extra["calls"] if c["max_new_tokens"] == 16]
-    ref_sim = [c for c in ref_extra["calls"] if c["max_new_tokens"] == 16]
+    # every seed of an epoch was written for once, by one rank (the simulator's calls: its max_new_tokens)
+    sim_tokens = yaml.safe_load(Path(QUICKSTART).read_text())["data"]["coevo"]["sim_sampling"]["max_new_tokens"]
+    sim_calls = [c for c in extra["calls"] if c["max_new_tokens"] == sim_tokens]
+    ref_sim = [c for c in ref_extra["calls"] if c["max_new_tokens"] == sim_tokens]
     asked = sorted(p for c in sim_calls for p in c["prompts"])
     assert asked == sorted(p for c in ref_sim for p in c["prompts"]) and len(asked) == 8
     assert {c["rank"] for c in sim_calls} == set(range(min(devices, 4)))
