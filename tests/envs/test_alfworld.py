@@ -117,6 +117,22 @@ def test_split_is_deterministic_and_disjoint(data_root: str, cache_dir: str, all
     assert set(limited.seed_games()) <= set(seeds) and set(limited.eval_games()) <= set(evals)
 
 
+def test_full_download_seeds_from_train_and_scores_all_of_valid_unseen(tmp_path: Path, data_root: str,
+                                                                         all_games: list[GameRef]) -> None:
+    """docs/benchmarks.md's setting for a data root with upstream's `train` split (not shipped here; a copy of
+    valid_seen's folders stands in for it): every train game seeds, every valid_unseen game is scored, and no
+    valid_seen game is on either side."""
+    games = tmp_path / "alfworld" / "json_2.1.1"
+    games.mkdir(parents=True)
+    (games / "train").symlink_to(Path(_root(data_root), "json_2.1.1", "valid_seen"), target_is_directory=True)
+    (games / "valid_unseen").symlink_to(Path(_root(data_root), "json_2.1.1", "valid_unseen"), target_is_directory=True)
+    env = _env(str(tmp_path), None, seed_split="train", seed_fraction=1.0, eval_splits=["valid_unseen"])
+    seeds, evals = env.seed_games(), env.eval_games()
+    assert {g.split for g in seeds} == {"train"} and {g.split for g in evals} == {"valid_unseen"}
+    assert len(seeds) == sum(g.split == "valid_seen" for g in all_games)
+    assert len(evals) == sum(g.split == "valid_unseen" for g in all_games)
+
+
 def test_registry_and_missing_root(tmp_path: Path) -> None:
     from genenv_pl.envs.base import DataError
 
