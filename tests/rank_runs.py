@@ -44,7 +44,7 @@ def run_main(cwd: Path, args: list[str], timeout: float) -> tuple[int | None, st
     """`python main.py <args>` in `cwd`, one thread per process; (exit code, output of every rank). The output
     goes to a file (a full pipe would block the ranks). Past `timeout` the whole process group is killed and
     the exit code is None (a hang)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1",  # an abort prints every thread's stack
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
     cwd.mkdir(parents=True, exist_ok=True)
     log_path = cwd / f"run-{time.monotonic_ns()}.log"
@@ -62,6 +62,79 @@ def run_main(cwd: Path, args: list[str], timeout: float) -> tuple[int | None, st
                 pass
             proc.wait()
     return rc, log_path.read_text()
+
+
+def free_port(low: int = 15000, high: int = 25000) -> int:
+    """A TCP port in [low, high) that nothing listens on now."""
+    import socket
+
+    for port in range(low + os.getpid() % 1000, high):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in [{low}, {high})")
+
+
+def run_nodes(cwd: Path, args: list[str], nodes: int, launcher: str, timeout: float) -> tuple[list[int | None], str]:
+    """`main.py <args>` as a job of `nodes` nodes with one process each, every node's process started as the
+    launcher starts it on a cluster, side by side on this machine (node i = global rank i):
+
+    - "slurm": `python main.py` in what srun gives each task of scripts/slurm/genenv_2node.sbatch: SLURM_NTASKS,
+      SLURM_NNODES, SLURM_NTASKS_PER_NODE, SLURM_PROCID, SLURM_NODEID, SLURM_LOCALID, the job's id and node list;
+      Lightning's SLURMEnvironment derives the master address from the node list and the port from the job id.
+    - "torchrun": `torchrun --nnodes N --node-rank i --nproc-per-node 1 --master-addr --master-port main.py`.
+
+    Returns each node's exit code (None: killed at `timeout`) and the output of all of them."""
+    port = free_port()
+    base = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1",
+            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    for k in [k for k in base if k.startswith(("SLURM_", "MASTER_", "TORCHELASTIC_")) or k in ("RANK", "LOCAL_RANK",
+                                                                                                "WORLD_SIZE")]:
+        del base[k]
+    cwd.mkdir(parents=True, exist_ok=True)
+    procs, logs = [], []
+    for node in range(nodes):
+        if launcher == "slurm":
+            env = {**base, "SLURM_JOB_ID": f"7{port - 15000:04d}", "SLURM_JOB_NAME": "genenv-test",
+                   "SLURM_NODELIST": "localhost,localhost", "SLURM_NTASKS": str(nodes), "SLURM_NNODES": str(nodes),
+                   "SLURM_NTASKS_PER_NODE": "1", "SLURM_PROCID": str(node), "SLURM_NODEID": str(node),
+                   "SLURM_LOCALID": "0"}
+            cmd = [sys.executable, str(REPO / "main.py"), *args]
+        elif launcher == "torchrun":
+            env = base
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node-rank", str(node),
+                   "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                   str(REPO / "main.py"), *args]
+        else:
+            raise ValueError(f"launcher: slurm or torchrun, not {launcher!r}")
+        logs.append(open(cwd / f"node{node}-{time.monotonic_ns()}.log", "w"))
+        procs.append(subprocess.Popen(cmd, cwd=cwd, env=env, stdout=logs[-1], stderr=subprocess.STDOUT,
+                                      start_new_session=True))
+    deadline, codes = time.monotonic() + timeout, []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(timeout=max(deadline - time.monotonic(), 0.1)))
+        except subprocess.TimeoutExpired:
+            codes.append(None)
+    for proc, log in zip(procs, logs):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        log.close()
+    out = "\n".join(f"---- node {i} ----\n" + Path(log.name).read_text() for i, log in enumerate(logs))
+    return codes, out
+
+
+def _rank() -> int:
+    """The global rank of this process (0 before the process group exists)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 class EvalReport(L.Callback):
@@ -109,7 +182,7 @@ class ArithmeticGames(ArithmeticEnv):
             wins += sum(self.score(t, r1)["accuracy"] * self.score(f, r2)["accuracy"]
                         for t, r1, f, r2 in zip(batch, first, follow, second))
         with open(self.games_log, "a") as f:
-            f.write(json.dumps({"rank": int(os.environ.get("LOCAL_RANK", 0)), "games": len(games)}) + "\n")
+            f.write(json.dumps({"rank": _rank(), "games": len(games)}) + "\n")
         return {"success": wins / max(len(games), 1), "games": float(len(games))}
 
 
@@ -139,7 +212,7 @@ class ReplayBackend(HFBackend):
             return super().generate(policy, prompts, params)
         if self.calls_log:
             with open(self.calls_log, "a") as f:
-                f.write(json.dumps({"rank": int(os.environ.get("LOCAL_RANK", 0)), "max_new_tokens": params.max_new_tokens,
+                f.write(json.dumps({"rank": _rank(), "max_new_tokens": params.max_new_tokens,
                                     "prompts": prompts}) + "\n")
         missing = [p for p in dict.fromkeys(prompts) if self._key(p, params) not in self.store]
         if missing and self.mode == "replay":
@@ -147,7 +220,7 @@ class ReplayBackend(HFBackend):
         if missing:
             for p, gens in zip(missing, super().generate(policy, missing, params)):
                 self.store[self._key(p, params)] = [g.__dict__ for g in gens]
-            if int(os.environ.get("LOCAL_RANK", 0)) == 0:
+            if _rank() == 0:
                 with open(self.path, "w") as f:
                     json.dump(self.store, f)
         return [[Generation(**g) for g in self.store[self._key(p, params)]] for p in prompts]
@@ -200,7 +273,8 @@ class FitReport(L.Callback):
     def on_train_end(self, trainer, pl_module):
         self._weights(trainer, pl_module, "weights_end.pt")
         dm = trainer.datamodule
-        report = {"rank": trainer.global_rank, "world_size": trainer.world_size, "steps": self.steps, "rows": self.rows,
+        report = {"rank": trainer.global_rank, "world_size": trainer.world_size, "node_rank": trainer.node_rank,
+                  "environment": type(getattr(trainer.strategy, "cluster_environment", None)).__name__, "steps": self.steps, "rows": self.rows,
                   "rounds": self.rounds, "counters": pl_module.counters, "success_rates": dm.success_rates,
                   "pools": {"train": [[e["task"]["id"], e["rewards"]] for e in dm.pools.train],
                             "env": [[e["seed_id"], e["text"], e["r_env"]] for e in dm.pools.env]}}

@@ -43,7 +43,7 @@ def _run(tmp: Path, cache: Path, max_epochs: int, callbacks: list, *args: str, t
            "--config", override, "--trainer.accelerator", "cpu", "--trainer.devices", "2",
            "--trainer.check_val_every_n_epoch", str(max_epochs),
            "--model.agent.warm_start.steps", "50", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1",  # an abort prints every thread's stack
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
     log_path = tmp / "ranks.log"
     t0 = time.monotonic()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rank_runs import REPO, run_main, strategy_args
+from rank_runs import REPO, run_main, run_nodes, strategy_args
 
 pytestmark = pytest.mark.slow
 
@@ -149,9 +149,10 @@ FIT_TIMEOUT = 420
 
 
 def _fit(tmp: Path, cache: Path, recording: Path | None, mode: str, devices: int, kind: str,
-         *args: str) -> tuple[dict, dict]:
+         *args: str, launcher: str | None = None) -> tuple[dict, dict]:
     """A fit with `rank_runs.FitReport` (and, given a recording, `ReplayBackend` in `mode`): each rank's
-    report, and rank 0's weights and the backend's calls."""
+    report, and rank 0's weights and the backend's calls. `launcher` ("slurm", "torchrun"): `devices` nodes of
+    one process each, started as that launcher starts them (`rank_runs.run_nodes`), instead of one node's."""
     report = tmp / "report"
     backend = ["--model.backend", "rank_runs:ReplayBackend", "--model.backend_args",
                json.dumps({"path": str(recording), "mode": mode, "calls_log": str(tmp / "calls.log")})] if recording else []
@@ -159,8 +160,13 @@ def _fit(tmp: Path, cache: Path, recording: Path | None, mode: str, devices: int
     callbacks = yaml.safe_load(Path(cfg).read_text())
     callbacks["trainer"]["callbacks"].append({"class_path": "rank_runs.FitReport", "init_args": {"out_dir": str(report)}})
     Path(cfg).write_text(yaml.safe_dump(callbacks))
-    rc, out = run_main(tmp, ["fit", "--config", QUICKSTART, "--config", cfg, *strategy_args(kind, devices), *FIT,
-                             *backend, *args], timeout=FIT_TIMEOUT)
+    argv = ["fit", "--config", QUICKSTART, "--config", cfg, *strategy_args(kind, devices), *FIT, *backend, *args]
+    if launcher is None:
+        rc, out = run_main(tmp, argv, timeout=FIT_TIMEOUT)
+    else:
+        codes, out = run_nodes(tmp, [*argv, "--trainer.num_nodes", str(devices), "--trainer.devices", "1"], devices,
+                               launcher, timeout=FIT_TIMEOUT)
+        rc = None if None in codes else max(codes, key=abs)
     assert rc is not None, f"fit on {devices} ranks ({kind}) did not finish in {FIT_TIMEOUT}s (hang?):\n{out[-6000:]}"
     assert rc == 0, out[-6000:]
     import torch
@@ -204,6 +210,26 @@ def test_the_same_epochs_on_n_ranks_train_the_one_rank_weights(tmp_path, one_ran
     asked = sorted(p for c in sim_calls for p in c["prompts"])
     assert asked == sorted(p for c in ref_sim for p in c["prompts"]) and len(asked) == 8
     assert {c["rank"] for c in sim_calls} == set(range(min(devices, 4)))
+    _close(extra["weights"], ref_extra["weights"])
+
+
+@pytest.mark.parametrize("launcher,kind", [("slurm", "fsdp2"), ("torchrun", "ddp")], ids=["slurm-fsdp2", "torchrun-ddp"])
+def test_two_nodes_started_by_their_launcher_train_the_one_rank_weights(tmp_path, one_rank_fit, launcher, kind):
+    """docs/gpu.md's multi-node launch on this machine: two "nodes" of one process each (`--trainer.num_nodes 2
+    --trainer.devices 1`), each started as srun starts a task of scripts/slurm/genenv_2node.sbatch (SLURM's
+    variables; the master address and port derived by Lightning from the node list and job id) or as
+    `torchrun --nnodes 2 --node-rank i` starts it. Held to the one-rank run as the one-node runs are."""
+    recording, cache, ref, ref_extra = one_rank_fit
+    ranks, extra = _fit(tmp_path, cache, recording, "replay", 2, kind, launcher=launcher)
+    env = "SLURMEnvironment" if launcher == "slurm" else "TorchElasticEnvironment"
+    for r, rep in ranks.items():
+        assert rep["world_size"] == 2 and rep["environment"] == env and rep["node_rank"] == r, rep["environment"]
+        assert rep["rounds"] == ref["rounds"] and rep["pools"] == ref["pools"], r
+        assert rep["counters"] == ref["counters"] and rep["steps"] == ref["steps"], r
+    for epoch, rows in ref["rows"].items():
+        for role in ("agent", "sim"):
+            assert sum(ranks[r]["rows"][epoch][role] for r in ranks) == rows[role], (epoch, role)
+    assert {c["rank"] for c in extra["calls"]} == {0, 1}  # both nodes sampled
     _close(extra["weights"], ref_extra["weights"])
 
 
