@@ -14,13 +14,14 @@ sha256(f"{split_salt}:{id}") mapped to [0, 1) is below `eval_fraction`, otherwis
 The rule depends on the id alone, so the split never changes with file order or with rows
 added later, and seeds and evaluation items can never overlap.
 
-Search: closed-book by default. With `search_tool` set, the agent prompt describes the shared
-tool format `<tool_call>{"name": "search", "parameters": {"query": ...}}</tool_call>`. The
-engine generates a single turn, so to actually execute searches wrap your generation function
-with `answer_with_search` (below), which loops generate -> search -> generate and returns the
-whole transcript; `reward`/`score` read the last `<response>` in it. A backend is any object
-with `search(query: str) -> list[str]` (see `SearchTool`); config passes it as an import path
-"package.module:ClassName" plus `search_tool_kwargs`.
+Search: rollouts and the single-step evaluation are closed book (one turn; no tool is offered
+that nothing would answer). With `search_tool` set, `test` with `data.coevo.eval_episodes` also
+plays search episodes (`play`, `search_episodes`): the agent is shown the tool format
+`<tool_call>{"name": "search", "parameters": {"query": ...}}</tool_call>`, each call is answered
+by the backend inside `<tool_response>`, and the episode's last `<response>` is scored. A backend is
+any object with `search(query: str) -> list[str]` (see `SearchTool`), given as an import path
+"package.module:ClassName" plus `search_tool_kwargs`; `genenv_pl.envs.bm25:BM25Search` searches a
+local corpus folder offline. Training with search (multi-turn rollouts) is not built.
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ import os
 import re
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from genenv_pl.envs.base import DataError, Environment, InvalidTask, Message, Task, read_jsonl, resolve_data_root
+from genenv_pl.envs.base import (ConfigError, DataError, Environment, InvalidTask, Message, Task, read_jsonl,
+                                 resolve_data_root)
 from genenv_pl.envs.prompting import check_sim_prompt, success_guide
 from genenv_pl.envs.text_metrics import (exact_match, extract_json_object, extract_tag, normalize_answer,
                                          strip_tag_blocks, token_f1)
@@ -96,39 +98,46 @@ def parse_tool_call(text: str) -> str | None:
     return query.strip() if isinstance(query, str) and query.strip() else None
 
 
-def answer_with_search(
-    env: "BamboogleEnv",
-    task: Task,
-    generate: Callable[[list[Message]], str],
-    tool: SearchTool | None = None,
-    max_calls: int = 3,
-    top_k: int = 3,
-) -> str:
-    """Multi-turn rollout with a search tool; returns the transcript of assistant turns.
+def search_episodes(env: "BamboogleEnv", tasks: list[Task], act: Callable[[list[list[Message]]], list[str]],
+                    tool: SearchTool | None = None, max_calls: int = 3, top_k: int = 3) -> list[list[str]]:
+    """Each task answered in a multi-turn episode with a search tool, all of them in lockstep; returns each
+    episode's assistant turns.
 
-    `generate(messages) -> text` is any single-turn backend. Each `<tool_call>` is executed and
-    its results are returned to the model as a user turn inside `<tool_response>`; the loop ends
-    at the first turn with a `<response>` or without a call, or after `max_calls` searches.
-    """
+    `act(conversations) -> replies` answers a batch of conversations (the agent as a player, as ALFWorld's
+    episodes use it). Each `<tool_call>` is executed and its results return to the model as a user turn
+    inside `<tool_response>`; an episode ends at its first turn with a `<response>` or without a call,
+    or after `max_calls` searches."""
     tool = tool or env.search_tool
     if tool is None:
-        raise ValueError("answer_with_search needs a SearchTool (env.search_tool is None)")
-    messages = list(env.agent_prompt(task))
-    turns: list[str] = []
-    for _ in range(max_calls + 1):
-        out = generate(messages)
-        turns.append(out)
-        query = parse_tool_call(out)
-        if query is None or extract_tag(out, "response") is not None or len(turns) > max_calls:
-            break
-        try:
-            results = [str(r) for r in tool.search(query)][:top_k]
-        except Exception as err:  # a flaky backend must not kill a rollout
-            results = [f"search failed: {err}"]
-        snippets = "\n".join(f"[{i + 1}] {r}" for i, r in enumerate(results)) or "no results"
-        messages += [{"role": "assistant", "content": out},
-                     {"role": "user", "content": f"<tool_response>\n{snippets}\n</tool_response>"}]
-    return "\n".join(turns)
+        raise ValueError("search_episodes needs a SearchTool (env.search_tool is None)")
+    chats = [env.search_prompt(t) for t in tasks]
+    turns: list[list[str]] = [[] for _ in tasks]
+    active = list(range(len(tasks)))
+    while active:
+        still = []
+        for i, out in zip(active, act([chats[i] for i in active])):
+            turns[i].append(out)
+            query = parse_tool_call(out)
+            if query is None or extract_tag(out, "response") is not None or len(turns[i]) > max_calls:
+                continue
+            try:
+                results = [str(r) for r in tool.search(query)][:top_k]
+            except Exception as err:  # noqa: BLE001  a flaky backend must not end the evaluation
+                results = [f"search failed: {err}"]
+            snippets = "\n".join(f"[{k + 1}] {r}" for k, r in enumerate(results)) or "no results"
+            chats[i] = chats[i] + [{"role": "assistant", "content": out},
+                                   {"role": "user", "content": f"<tool_response>\n{snippets}\n</tool_response>"}]
+            still.append(i)
+        active = still
+    return turns
+
+
+def answer_with_search(env: "BamboogleEnv", task: Task, generate: Callable[[list[Message]], str],
+                       tool: SearchTool | None = None, max_calls: int = 3, top_k: int = 3) -> str:
+    """One task's search episode (`search_episodes`) with a one-conversation `generate(messages) -> text`;
+    the transcript of its assistant turns."""
+    return "\n".join(search_episodes(env, [task], lambda chats: [generate(c) for c in chats], tool, max_calls,
+                                      top_k)[0])
 
 
 def load_search_tool(spec: str | SearchTool | None, kwargs: dict[str, Any] | None = None) -> SearchTool | None:
@@ -183,6 +192,7 @@ class BamboogleEnv(Environment):
         success_threshold: float = 1.0,
         search_tool: str | SearchTool | None = None,
         search_tool_kwargs: dict[str, Any] | None = None,
+        max_search_calls: int = 3,
         num_hops: int = 2,
         max_answer_words: int = 8,
         max_question_chars: int = 300,
@@ -195,8 +205,11 @@ class BamboogleEnv(Environment):
             eval_fraction: share of rows held out for evaluation (by id hash, see module doc).
             split_salt: changes which rows are held out; keep fixed across a study.
             success_threshold: reward (token F1) at which a rollout counts as a success.
-            search_tool: None (closed book), a SearchTool, or "package.module:ClassName".
-            search_tool_kwargs: constructor arguments for an import-path search tool.
+            search_tool: None, a SearchTool, or "package.module:ClassName" (the offline one:
+                "genenv_pl.envs.bm25:BM25Search"): answers the search calls of `test`'s search episodes
+                (`data.coevo.eval_episodes`). Rollouts and the single-step evaluation stay closed book.
+            search_tool_kwargs: constructor arguments for an import-path search tool (BM25Search: corpus).
+            max_search_calls: searches an episode may make before its answer.
             num_hops: number of sub-questions a generated task must list in "hops".
             max_answer_words / max_question_chars: limits for generated tasks.
             copy_f1: a generated question with token F1 >= this against its seed is a copy.
@@ -212,6 +225,10 @@ class BamboogleEnv(Environment):
         self.split_salt = split_salt
         self.success_threshold = success_threshold
         self.search_tool = load_search_tool(search_tool, search_tool_kwargs)
+        if max_search_calls < 0:
+            raise ConfigError(f"data.env_args.max_search_calls: searches an episode may make, at least 0; got "
+                              f"{max_search_calls}")
+        self.max_search_calls = max_search_calls
         self.num_hops = num_hops
         self.max_answer_words = max_answer_words
         self.max_question_chars = max_question_chars
@@ -331,9 +348,33 @@ class BamboogleEnv(Environment):
 
     # ---- agent side ---------------------------------------------------------------------
     def agent_prompt(self, task: Task) -> list[Message]:
-        system = _WITH_SEARCH if self.search_tool is not None else _CLOSED_BOOK
-        return [{"role": "system", "content": system},
+        """Closed book: rollouts and the single-step evaluation are one turn, so no tool is offered there."""
+        return [{"role": "system", "content": _CLOSED_BOOK},
                 {"role": "user", "content": f"Question: {task.data['question']}"}]
+
+    def search_prompt(self, task: Task) -> list[Message]:
+        """The first turn of a search episode (`play`): the search tool described."""
+        return [{"role": "system", "content": _WITH_SEARCH},
+                {"role": "user", "content": f"Question: {task.data['question']}"}]
+
+    def play(self, act, limit: int | None = None, batch_size: int = 1) -> dict[str, float]:
+        """With a `search_tool`: the evaluation questions (the first `limit`) answered in search episodes
+        (`search_episodes`, `batch_size` at a time), scored on the episode's last `<response>`: exact match,
+        token F1, format errors and searches per question. Without one: no episodes."""
+        if self.search_tool is None:
+            return {}
+        tasks = self.eval_tasks()[:limit] if limit is not None else self.eval_tasks()
+        turns: list[list[str]] = []
+        for start in range(0, len(tasks), max(batch_size, 1)):
+            turns += search_episodes(self, tasks[start:start + max(batch_size, 1)], act, self.search_tool,
+                                     self.max_search_calls)
+        scores = [self.score(t, "\n".join(ts)) for t, ts in zip(tasks, turns)]
+        n = max(len(tasks), 1)
+        return {"exact_match": sum(s["exact_match"] for s in scores) / n, "f1": sum(s["f1"] for s in scores) / n,
+                "format_error": sum(s["format_error"] for s in scores) / n,
+                "searches": sum(parse_tool_call(x) is not None and extract_tag(x, "response") is None
+                                for ts in turns for x in ts[:self.max_search_calls]) / n,
+                "questions": float(len(tasks))}
 
     def reward(self, task: Task, response: str) -> float:
         answer, _ = parse_answer(response)

@@ -70,10 +70,13 @@ def test_score_table(env, response, expected):
 
 
 def test_closed_book_and_search_prompts(data_root, env):
+    """Rollouts and the single-step evaluation are one turn: no tool is offered there, with a backend or
+    without; the search episode's first turn describes it."""
     task = env.eval_tasks()[0]
     assert "<tool_call>" not in env.agent_prompt(task)[0]["content"]
     searching = BamboogleEnv(data_root=data_root, search_tool=FakeSearch())
-    system = searching.agent_prompt(task)[0]["content"]
+    assert searching.agent_prompt(task) == env.agent_prompt(task)
+    system = searching.search_prompt(task)[0]["content"]
     assert '<tool_call>{"name": "search", "parameters": {"query":' in system and "<response>" in system
 
 
@@ -122,6 +125,39 @@ def test_search_loop_stops_after_max_calls(data_root):
 ])
 def test_parse_tool_call(text, query):
     assert parse_tool_call(text) == query
+
+
+def test_play_runs_search_episodes_in_lockstep_and_scores_them(data_root, env):
+    """`test`'s episodes (`play`): a player that searches once, then answers with the first snippet it was
+    shown: questions answered from the backend score, the others do not; batches of 3 in lockstep."""
+    golds = {t.data["question"]: t.data["answer"] for t in env.eval_tasks()}
+
+    class Oracle:  # knows half of the answers
+        def search(self, query):
+            return [golds[query]] if sorted(golds).index(query) % 2 == 0 else ["no idea"]
+
+    searching = BamboogleEnv(data_root=data_root, search_tool=Oracle())
+    batches = []
+
+    def act(chats):
+        batches.append(len(chats))
+        out = []
+        for chat in chats:
+            if chat[-1]["content"].startswith("<tool_response>"):
+                snippet = chat[-1]["content"].split("[1] ", 1)[1].split("\n")[0]
+                out.append(f"<think>found it</think><response>{snippet}</response>")
+            else:
+                question = chat[-1]["content"].removeprefix("Question: ")
+                out.append(f'<tool_call>{{"name": "search", "parameters": {{"query": "{question}"}}}}</tool_call>')
+        return out
+
+    got = searching.play(act, limit=7, batch_size=3)
+    first = sorted(t.data["question"] for t in env.eval_tasks()[:7])
+    known = sum(sorted(golds).index(q) % 2 == 0 for q in first)
+    assert got == {"exact_match": pytest.approx(known / 7), "f1": pytest.approx(known / 7), "format_error": 0.0,
+                   "searches": 1.0, "questions": 7.0}
+    assert batches == [3, 3, 3, 3, 1, 1]  # two turns a batch: ask, then answer
+    assert env.play(act, limit=7) == {}  # no backend: no episodes
 
 
 def test_bad_search_tool_spec(data_root):
