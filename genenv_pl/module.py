@@ -345,9 +345,11 @@ class GenEnvModule(L.LightningModule):
         """One GRPO step of the agent and one RWR step of the simulator, each on its part of the batch
         (either may be None). `Updater.run` also keeps several ranks in step (`genenv_pl/update.py`)."""
         reward = self._step_reward(batch["agent"])  # (a collective: every rank, every step, before the update)
+        # agent updates since the policy that sampled this step's rollouts (the epoch's starting agent)
+        age = float(self.counters["agent_updates"] - self._sampler_updates)
         self._terms: dict[str, Any] = {}
         if self.updater.run("agent", batch["agent"], self._agent_step):
-            self._log_step(reward)
+            self._log_step({**reward, "agent/rollout_age": age})
             self._log_terms("agent")
         kept = self.updater.run("sim", batch["sim"], self._sim_step)
         if kept:
@@ -525,6 +527,11 @@ class GenEnvModule(L.LightningModule):
         self.val_rows = self._gathered_rows()  # the latest validation's answers and scores, task by task
         if self.val_rows:
             self._log_eval(self.val_rows, "val")
+
+    def on_train_epoch_start(self) -> None:
+        # The epoch's rollouts were sampled in train_dataloader(), which Lightning runs before this hook,
+        # by the agent as it is now.
+        self._sampler_updates = self.counters["agent_updates"]
 
     def on_train_start(self) -> None:
         # val/* of the starting (warm-started) agent, before any co-evolution update, on the batches and

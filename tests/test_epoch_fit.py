@@ -122,13 +122,19 @@ def test_a_trainer_that_does_not_rebuild_the_train_loader_every_epoch_is_refused
 
 
 class _AgentUpdates(L.Callback):
-    """(training step, mean reward of its agent batch) of every training step whose agent update was kept."""
+    """(training step, mean reward of its agent batch) of every training step whose agent update was kept,
+    and the agent updates its epoch had made before it (the age of its rollouts, sampled at the epoch's start)."""
 
     def __init__(self):
         self.updates: list[tuple[int, float]] = []
+        self.ages: list[float] = []
+
+    def on_train_epoch_start(self, trainer, module):
+        self._epoch_start = module.counters["agent_updates"]
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self._before = module.counters["agent_updates"]
+        self._age = float(self._before - self._epoch_start)
         agent = batch["agent"]
         self._reward = float(agent["rewards"].mean()) if agent is not None else None
         self._step = trainer.fit_loop.epoch_loop._batches_that_stepped
@@ -136,6 +142,7 @@ class _AgentUpdates(L.Callback):
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         if module.counters["agent_updates"] > self._before:
             self.updates.append((self._step, self._reward))
+            self.ages.append(self._age)
 
 
 def _scalars(log_root: Path) -> dict[str, list[tuple[int, float]]]:
@@ -155,13 +162,18 @@ def test_a_fit_logs_the_papers_figure_quantities(tmp_path, cache):
     learned from (Fig. 4a); per epoch the agent's response length (Fig. 5a/b) and the solved / partial /
     unsolved shares of the generated tasks (Fig. 8), which add up to 1; and the quickstart report finds them."""
     watch = _AgentUpdates()
-    cli = _fit_with_callback(tmp_path, cache, watch, "--trainer.max_epochs", "2")
+    cli = _fit_with_callback(tmp_path, cache, watch, "--trainer.max_epochs", "2",
+                             "--data.coevo.agent_batch_size", "3")  # several agent steps an epoch
     s = _scalars(tmp_path / "runs")
     assert cli.model.counters["agent_updates"] >= 2 and len(watch.updates) == cli.model.counters["agent_updates"]
     logged = s["agent/step_reward"]
     assert [step for step, _ in logged] == [step for step, _ in watch.updates]
     assert [v for _, v in logged] == pytest.approx([r for _, r in watch.updates])
     assert all(0.0 <= v <= 1.0 for _, v in logged)
+    # agent/rollout_age at the same steps: 0, 1, 2, ... within each epoch (the rollouts are the epoch's start's)
+    ages = s["agent/rollout_age"]
+    assert [step for step, _ in ages] == [step for step, _ in watch.updates]
+    assert [v for _, v in ages] == watch.ages and watch.ages[0] == 0.0 and max(watch.ages) >= 1.0
 
     fracs = [[v for _, v in s[f"coevo/{k}_frac"]] for k in ("solved", "partial", "unsolved")]
     assert len(fracs[0]) == 2 and all(len(f) == 2 for f in fracs)  # one point per epoch
