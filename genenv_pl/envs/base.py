@@ -78,9 +78,19 @@ def read_jsonl(path: str, benchmark: str) -> Iterator[tuple[int, dict[str, Any]]
             yield lineno, row
 
 
+def data_root_source(data_root: str | None) -> tuple[str | None, str]:
+    """The data root and where it comes from: the config key wins, then $GENENV_DATA_ROOT; (None, "") without
+    either. The one rule that environments (`resolve_data_root`) and the data check (`datacheck`) follow."""
+    if data_root:
+        return str(data_root), "data.env_args.data_root"
+    if os.environ.get(DATA_ROOT_ENV):
+        return os.environ[DATA_ROOT_ENV], f"${DATA_ROOT_ENV}"
+    return None, ""
+
+
 def resolve_data_root(data_root: str | None, benchmark: str) -> str:
-    """The folder holding `<benchmark>/`: the explicit config key wins, then $GENENV_DATA_ROOT."""
-    root = data_root or os.environ.get(DATA_ROOT_ENV)
+    """The folder holding `<benchmark>/`, the root chosen by `data_root_source`."""
+    root, _ = data_root_source(data_root)
     if not root:
         raise DataError(
             f"{benchmark}: no data root. Set `data_root` in the environment config or the "

@@ -13,21 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from genenv_pl.envs import env_class
-from genenv_pl.envs.base import DATA_ROOT_ENV
+from genenv_pl.envs.base import data_root_source
 
 CHECK_SCRIPT = "python scripts/check_data.py"
 DATA_DOCS = "docs/benchmarks.md, 'Data'"
 
 
 def data_root(env_args: dict[str, Any] | None = None) -> tuple[str | None, str]:
-    """The data root an environment built with `env_args` reads and where that comes from, by the rule of
-    `resolve_data_root`: its `data_root` argument, else $GENENV_DATA_ROOT; (None, "") when neither is set."""
-    given = (env_args or {}).get("data_root")
-    if given:
-        return str(given), "data.env_args.data_root"
-    if os.environ.get(DATA_ROOT_ENV):
-        return os.environ[DATA_ROOT_ENV], f"${DATA_ROOT_ENV}"
-    return None, ""
+    """The data root an environment built with `env_args` reads and where that comes from
+    (`base.data_root_source`); (None, "") when neither the argument nor $GENENV_DATA_ROOT is set."""
+    return data_root_source((env_args or {}).get("data_root"))
 
 
 @dataclass
