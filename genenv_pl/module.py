@@ -382,9 +382,10 @@ class GenEnvModule(L.LightningModule):
     def _log_step(self, metrics: dict[str, float]) -> None:
         """Per-update scalars, one point per kept update, written to the loggers directly: `self.log(on_step=True)`
         would keep only every `trainer.log_every_n_steps`-th. At the step Lightning logs the others at
-        (the training step), so they share TensorBoard's x axis. (TensorBoard logs on rank 0 alone.)"""
+        (the training step: the batch's index across epochs, one optimizer step of each policy at most), so they
+        share TensorBoard's x axis. (TensorBoard logs on rank 0 alone.)"""
         if metrics:
-            step = self.trainer.fit_loop.epoch_loop._batches_that_stepped
+            step = self.trainer.fit_loop.total_batch_idx
             for logger in self.loggers:
                 logger.log_metrics(metrics, step=step)
 
