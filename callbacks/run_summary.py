@@ -28,7 +28,6 @@ class RunSummary(L.Callback):
         self.val: list[tuple[int, dict[str, float]]] = []  # (epoch, val/*) of each validation in fit
         self.epochs: list[tuple[int, dict[str, float]]] = []  # (epoch, EPOCH_KEYS and COUNTERS) of each training epoch
         self._began = time.perf_counter()
-        self._patched: list[Any] = []
         self._resumed_at: int | None = None  # the first epoch of this session when it resumed a checkpoint
 
     # ---- collecting ------------------------------------------------------------------------
@@ -37,26 +36,16 @@ class RunSummary(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._resumed_at = trainer.current_epoch if self.epochs else None  # (restored by load_state_dict)
-        # The module evaluates the starting agent in its own on_train_start (after this hook) and hands
-        # val/* straight to the loggers at step 0, not to trainer.callback_metrics: listen there.
-        for logger in trainer.loggers:
-            original = logger.log_metrics
-
-            def capture(metrics: dict[str, Any], step: int | None = None, _original=original) -> None:
-                if step == 0:
-                    self.start.update({k: float(v) for k, v in metrics.items() if k.startswith("val/")})
-                _original(metrics, step)
-
-            logger.log_metrics = capture
-            self._patched.append(logger)
-
-    def _unpatch(self) -> None:
-        for logger in self._patched:  # the class's own log_metrics again
-            del logger.log_metrics
-        self._patched.clear()
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._unpatch()
+        self._take_start(pl_module)
+
+    def _take_start(self, pl_module: L.LightningModule) -> None:
+        # The module scores the starting agent in its own on_train_start, after this callback's; a resumed
+        # run does not score it again and keeps the one restored by load_state_dict.
+        start = getattr(pl_module, "start_metrics", None)
+        if start and not self.start:
+            self.start.update({k: float(v) for k, v in start.items() if k.startswith("val/")})
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Recorded here, before the epoch's checkpoint is written (the CLI puts this callback ahead of
@@ -68,9 +57,6 @@ class RunSummary(L.Callback):
         record.update({tag: float(counters[name]) for tag, name in COUNTERS.items() if name in counters})
         self.epochs.append((trainer.current_epoch, record))
 
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._unpatch()  # (a run of no epoch never reached on_train_epoch_start)
-
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Here, not in on_validation_epoch_end: callbacks run that hook before the module's, where the module
         # logs val/* (from every rank's rows, gathered), and callback_metrics have them only after it.
@@ -81,6 +67,7 @@ class RunSummary(L.Callback):
 
     # ---- printing --------------------------------------------------------------------------
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._take_start(pl_module)  # (a run of no epoch)
         rank_zero_info("\n".join(self.fit_lines(trainer)))
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -96,6 +96,7 @@ class GenEnvModule(L.LightningModule):
         self.agent_ref: torch.nn.Module | None = None
         self.sim_ref: torch.nn.Module | None = None
         # Own counters: global_step counts both optimizers' steps under manual optimization.
+        self.start_metrics: dict[str, float] = {}  # val/* of the starting agent, scored in on_train_start
         self.counters = {"agent_updates": 0, "sim_updates": 0, "sim_skipped_kl": 0, "nonfinite_skipped": 0}
         self.test_rows: list[dict[str, Any]] = []  # the latest test's answers and scores, task by task
         self.updater = Updater(self)  # applies each role's loss; keeps several ranks in step
@@ -547,6 +548,7 @@ class GenEnvModule(L.LightningModule):
         if not rows:
             return
         metrics = {name: value for name, (value, _) in eval_metrics(rows, "val").items()}
+        self.start_metrics = metrics
         for logger in self.loggers:
             logger.log_metrics(metrics, step=0)
         rank_zero_info(start_line(metrics))
