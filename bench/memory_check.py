@@ -118,6 +118,8 @@ def child(setting: str, out: Path) -> None:
                     save_config_callback=None)
     rec: dict = {"setting": setting, "baseline_rss": baseline}
 
+    from genenv_pl.pools import env_entry
+
     class Probe(L.Callback):
         def on_fit_start(self, trainer, module):
             # D_env for the simulator's replayed samples: 4 seeds' simulator prompts, each with ~128 tokens
@@ -127,7 +129,8 @@ def child(setting: str, out: Path) -> None:
             for seed in env.seed_tasks()[:4]:
                 prompt = sim.render(env.simulator_prompt(seed, None))
                 text_ids = sim.encode([sim.render(env.agent_prompt(seed))])[0][: n_resp - 1]
-                trainer.datamodule.pools.add_env(-1, seed.id, prompt, sim.tokenizer.decode(text_ids), 0.5, 1.0)
+                trainer.datamodule.pools.env.append(
+                    env_entry(-1, seed.id, prompt, sim.tokenizer.decode(text_ids), 0.5, 1.0))
             heap.trim()
             rec["after_build_rss"] = _status("VmRSS")
             _reset_hwm()

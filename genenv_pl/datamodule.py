@@ -19,13 +19,13 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
 from genenv_pl.batching import Step, Steps
-from genenv_pl.coevo import Group, generate_tasks, rollout  # module-level: tests/ddp_helpers.py wraps them per rank
+from genenv_pl.coevo import generate_tasks, rollout  # module-level: tests/ddp_helpers.py wraps them per rank
 from genenv_pl.config import CoevoConfig
 from genenv_pl.envs import Environment, Task, make_env
 from genenv_pl.envs.base import ConfigError
 from genenv_pl.evaluation import EvalBatches, eval_batches
 from genenv_pl.distributed import RankSync
-from genenv_pl.epoch import (Curriculum, EpochState, Learner, RoundStats, SimSample, build_steps, epoch_shape,
+from genenv_pl.epoch import (Curriculum, EpochState, Learner, RoundStats, epoch_shape,
                              run_epoch)
 from genenv_pl.offline import offline_summary
 from genenv_pl.pools import Pools
@@ -173,13 +173,6 @@ class GenEnvDataModule(L.LightningDataModule):
         sync = RankSync(self.trainer)
         return DataLoader(EvalBatches(batches, *((sync.rank, sync.world) if sync.distributed else (0, 1))),
                           batch_size=None)
-
-    def _build_steps(self, groups: list[Group], sim_samples: list[SimSample], agent_pad: int, sim_pad: int,
-                     advantages, rng: random.Random | None = None, iterations: int = 1, old_logprobs=None):
-        """`epoch.build_steps` with this data module's settings: (steps, fraction of groups without spread)."""
-        steps, _, zero = build_steps(self.cfg, groups, sim_samples, (agent_pad, sim_pad), advantages, rng or self.rng,
-                                     iterations, old_logprobs)
-        return steps, zero / max(len(groups), 1)
 
     # ---- checkpointing: pools and per-seed statistics survive a restart ----------------
     def state_dict(self) -> dict[str, Any]:

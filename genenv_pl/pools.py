@@ -19,12 +19,6 @@ class Pools:
     train: list[dict[str, Any]] = field(default_factory=list)  # D_train
     env: list[dict[str, Any]] = field(default_factory=list)  # D_env
 
-    def add_train(self, epoch: int, task: Task, rewards: list[float], rollouts: list[str] | None) -> None:
-        self.train.append(train_entry(epoch, task, rewards, rollouts))
-
-    def add_env(self, epoch: int, seed_id: str, prompt: str, text: str, p_hat: float, r_env: float) -> None:
-        self.env.append(env_entry(epoch, seed_id, prompt, text, p_hat, r_env))
-
     def sample_train_tasks(self, rng: random.Random, n: int) -> list[Task]:
         if not self.train or n <= 0:
             return []

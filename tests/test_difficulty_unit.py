@@ -4,6 +4,8 @@ scoring and the probe: tests/test_ablations.py.)"""
 from __future__ import annotations
 
 import math
+import random
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from callbacks.alpha_curriculum import AlphaCurriculumCallback
 from callbacks.conditioning import probe_conditioning
 from genenv_pl.backends.base import Generation
 from genenv_pl.coevo import SeedBatch
+from genenv_pl.epoch import build_steps
 from genenv_pl.epoch import simulator_samples as _simulator_samples
 from genenv_pl.envs import make_env
 from genenv_pl.envs.base import Task
@@ -116,7 +119,8 @@ def test_grpo_advantages_use_the_configured_eps(eps):
     rollouts = [Generation(prompt_ids=[5, 6], response_ids=[7, 8], text="x", logprobs=[-1.0, -1.0], finished=True)
                 for _ in rewards]
     group = Group(ENV.seed_tasks()[0], "base", None, rollouts, rewards, [r == 1.0 for r in rewards])
-    steps, _ = dm._build_steps([group], [], 0, 0, GenEnvModule(grpo=GRPOConfig(adv_eps=eps)).advantages)
+    steps, _, _ = build_steps(dm.cfg, [group], [], (0, 0), GenEnvModule(grpo=GRPOConfig(adv_eps=eps)).advantages,
+                              random.Random(0))
     std = torch.tensor(rewards).std(unbiased=True)
     expected = (torch.tensor(rewards) - 0.5) / (std + eps)
     assert torch.allclose(steps[0]["agent"]["advantages"], expected)
@@ -140,8 +144,9 @@ def test_grpo_num_iterations_repeats_each_agent_batch(iterations):
                                finished=True) for _ in rewards]
         groups.append(Group(ENV.seed_tasks()[k], "base", None, rollouts, rewards, [r == 1.0 for r in rewards]))
     module = GenEnvModule(grpo=GRPOConfig(num_iterations=iterations))
-    steps, zero_std = dm._build_steps(groups, [], 0, 0, module.advantages, iterations=module.grpo.num_iterations)
-    assert zero_std == pytest.approx(1 / 3)
+    steps, _, zero = build_steps(dm.cfg, groups, [], (0, 0), module.advantages, random.Random(0),
+                                 iterations=module.grpo.num_iterations)
+    assert zero / len(groups) == pytest.approx(1 / 3)
     assert len(steps) == 2 * iterations
     firsts = [steps[i]["agent"]["input_ids"][0, 2].item() for i in range(len(steps))]
     assert firsts == [firsts[0]] * iterations + [firsts[-1]] * iterations and firsts[0] != firsts[-1]

@@ -13,7 +13,7 @@ from genenv_pl.coevo import Group, SeedBatch
 from genenv_pl.config import CoevoConfig
 from genenv_pl.epoch import EpochState, build_steps, env_entries, plan, score, simulator_samples
 from genenv_pl.losses import group_advantages
-from genenv_pl.pools import Pools
+from genenv_pl.pools import Pools, env_entry, train_entry
 from genenv_pl.seam import Part, RankSeam, merge
 from test_difficulty_unit import ENV, _batch, _gen
 
@@ -58,8 +58,8 @@ def test_plan_draws_the_same_plan_from_the_same_rng():
     cfg = CoevoConfig(seeds_per_epoch=3, base_tasks_per_epoch=2, replay_tasks_per_epoch=2)
     pools = Pools()
     for t in ENV.seed_tasks()[:4]:
-        pools.add_train(0, t, [1.0], None)
-    pools.add_env(0, "s", "prompt", "text", 0.5, 1.0)
+        pools.train.append(train_entry(0, t, [1.0], None))
+    pools.env.append(env_entry(0, "s", "prompt", "text", 0.5, 1.0))
 
     def drawn(rng_seed: int):
         p = plan(cfg, ENV.seed_tasks(), EpochState(random.Random(rng_seed), pools, {}, None, 0), None, 3)
