@@ -19,7 +19,6 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
 from genenv_pl.batching import Step, Steps
-from genenv_pl.coevo import generate_tasks, rollout  # module-level: tests/ddp_helpers.py wraps them per rank
 from genenv_pl.config import CoevoConfig
 from genenv_pl.envs import Environment, Task, make_env
 from genenv_pl.envs.base import ConfigError
@@ -108,7 +107,7 @@ class GenEnvDataModule(L.LightningDataModule):
         # sees the steps' fp32 values (`Step`).
         with self.learner.autocast():
             epoch = run_epoch(self.env, self.cfg, self.learner, self.curriculum, RankSeam(self.trainer), state,
-                              self.trainer.current_epoch, self.seed, _progress(self.trainer), generate_tasks, rollout)
+                              self.trainer.current_epoch, self.seed, _progress(self.trainer))
         self.success_rates.update(epoch.rates)
         self.pools.train.extend(epoch.train)
         if epoch.offline_stats is not None and self.offline_stats is None:  # the fixed set was written this epoch

@@ -117,25 +117,24 @@ class SimSample:
 
 
 def run_epoch(env: Environment, cfg: CoevoConfig, learner: Learner, curriculum: Curriculum, seam: RankSeam,
-              state: EpochState, epoch: int, seed: int, progress: Progress | None = None,
-              generate: Callable = generate_tasks, roll: Callable = rollout) -> Epoch:
+              state: EpochState, epoch: int, seed: int, progress: Progress | None = None) -> Epoch:
     seam.seed_torch(seed, epoch)
     t0 = time.perf_counter()
     sim_params, agent_params = _sampling(cfg, learner)
     seeds_all, static, offline = env.seed_tasks(), state.static_tasks, state.offline_stats
     if cfg.variant == "static" and static is None:  # a fixed set, written once by the initial simulator
-        written, _ = _generate(env, learner, seam, seeds_all, {}, sim_params, generate, progress, cfg.max_seq_len)
+        written, _ = _generate(env, learner, seam, seeds_all, {}, sim_params, progress, cfg.max_seq_len)
         static = [t.to_dict() for t in seam.gather_tasks(written)]
     elif cfg.variant in OFFLINE_SETS and static is None:  # written once, before the first update
-        static, offline = write_offline(env, cfg, seam, seeds_all, state.rng, _writer(env, cfg, learner, seam, sim_params, generate,
+        static, offline = write_offline(env, cfg, seam, seeds_all, state.rng, _writer(env, cfg, learner, seam, sim_params,
                                                                                    progress), learner.frozen_policy)
     p = plan(cfg, seeds_all, state, static, learner.env_replay)
     batches, written = ([], {}) if cfg.variant in FIXED_SETS else \
-        _generate(env, learner, seam, p.seeds, state.success_rates, sim_params, generate, progress, cfg.max_seq_len)
+        _generate(env, learner, seam, p.seeds, state.success_rates, sim_params, progress, cfg.max_seq_len)
     agent, mine = learner.sampling_policy("agent"), None  # (FSDP: gathers the weights, every rank)
     with seam.guard() as failure:  # this rank's share, apart from the others
         work = seam.work(batches, written, p.tasks, budget_left(cfg, state))
-        groups = roll(env, agent, learner.backend, work, agent_params, progress, cfg.max_seq_len)
+        groups = rollout(env, agent, learner.backend, work, agent_params, progress, cfg.max_seq_len)
         rates = score(batches, groups, state.success_rates, cfg.success_ema, curriculum, band=cfg.variant != "no-band")
         mine = Part(rates, batches, groups, time.perf_counter() - t0, len(work) - len(groups))
     whole = seam.exchange(mine, failure)
@@ -245,24 +244,25 @@ def _sampling(cfg: CoevoConfig, learner: Learner) -> tuple[SamplingParams, Sampl
 
 # ---- generate -------------------------------------------------------------------------------
 def _generate(env: Environment, learner: Learner, seam: RankSeam, seeds: list[Task], rates: dict[str, float],
-              params: SamplingParams, generate: Callable, progress: Progress | None, max_seq_len: int | None,
+              params: SamplingParams, progress: Progress | None, max_seq_len: int | None,
               writer: Policy | None = None) -> tuple[list[SeedBatch], dict[int, int]]:
     """Step 1 on this rank's share of `seeds` (`coevo.generate_tasks`), by the simulator or by `writer`: the
     seed batches, each with its seed's position in `seeds`, and the tasks kept at each position, every rank's."""
     simulator = writer or learner.sampling_policy("simulator")  # (FSDP: gathers the weights, every rank)
     batches: list[SeedBatch] = []
     with seam.guard() as failure:
-        batches = generate(env, simulator, learner.backend, seam.shard(seeds), rates, params, progress, max_seq_len)
+        batches = generate_tasks(env, simulator, learner.backend, seam.shard(seeds), rates, params, progress,
+                                 max_seq_len)
         for b, position in zip(batches, seam.shard(range(len(seeds)))):
             b.position = position
     return seam.drop_repeats(batches, seeds, env.task_key, failure)
 
 
 def _writer(env: Environment, cfg: CoevoConfig, learner: Learner, seam: RankSeam, params: SamplingParams,
-            generate: Callable, progress: Progress | None) -> WriteBatches:
+            progress: Progress | None) -> WriteBatches:
     """How `offline.write_offline` writes a batch: step 1 with its own number of variations per seed."""
     params = replace(params, n=variations_per_seed(cfg))
-    return lambda seeds, writer: _generate(env, learner, seam, seeds, {}, params, generate, progress, cfg.max_seq_len,
+    return lambda seeds, writer: _generate(env, learner, seam, seeds, {}, params, progress, cfg.max_seq_len,
                                            writer)[0]
 
 

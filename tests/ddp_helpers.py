@@ -1,8 +1,8 @@
 """Test-only callbacks for the multi-process tests (tests/test_ddp.py).
 
 They run inside the `python main.py fit` ranks that the tests start (tests/ is put on PYTHONPATH),
-so production code carries no test hook: the callbacks wrap the data module's module-level
-`generate_tasks` / `rollout` of their own process in `setup`."""
+so production code carries no test hook: the callbacks wrap the module-level `generate_tasks` /
+`rollout` that `genenv_pl.epoch` calls, in their own process, in `setup`."""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import lightning as L
 
-import genenv_pl.datamodule as datamodule
+import genenv_pl.epoch as epoch
 
 
 def digest(state: dict, prefix: str) -> str:
@@ -47,7 +47,7 @@ class RankReport(L.Callback):
         self.metrics: dict[int, dict] = {}
 
     def setup(self, trainer, pl_module, stage):
-        generate, roll = datamodule.generate_tasks, datamodule.rollout
+        generate, roll = epoch.generate_tasks, epoch.rollout
 
         def generate_tasks(env, simulator, backend, seeds, *args, **kwargs):
             self.seeds[trainer.current_epoch] += [s.id for s in seeds]
@@ -57,7 +57,7 @@ class RankReport(L.Callback):
             self.fresh[trainer.current_epoch] += [task_key(t.to_dict()) for t, source, *_ in tasks if source == "fresh"]
             return roll(env, agent, backend, tasks, *args, **kwargs)
 
-        datamodule.generate_tasks, datamodule.rollout = generate_tasks, rollout
+        epoch.generate_tasks, epoch.rollout = generate_tasks, rollout
 
     def on_train_start(self, trainer, pl_module):
         self.simulator_at_start = digest(pl_module.state_dict(), "simulator.")
@@ -100,7 +100,7 @@ class FailRollouts(L.Callback):
         def rollout(*args, **kwargs):
             raise RuntimeError(f"{self.message} on rank {trainer.global_rank}")
 
-        datamodule.rollout = rollout
+        epoch.rollout = rollout
 
 
 class PrecisionProbe(L.Callback):

@@ -11,7 +11,7 @@ import lightning as L
 import pytest
 import torch
 
-import genenv_pl.datamodule as datamodule
+import genenv_pl.epoch as epoch
 from test_ablations import FROZEN, _watch
 from test_fit import _fit
 
@@ -24,15 +24,15 @@ OTHER_MODEL = ('{"model": "tiny", "seed": 7, "tiny": {"hidden_size": 64, "num_la
 
 @pytest.fixture
 def calls(monkeypatch) -> list[tuple]:
-    """Every call into simulator generation (the data module's `generate_tasks`): (policy, seeds, K)."""
+    """Every call into simulator generation (the `generate_tasks` that `genenv_pl.epoch` calls): (policy, seeds, K)."""
     seen: list[tuple] = []
-    real = datamodule.generate_tasks
+    real = epoch.generate_tasks
 
     def counting(env, simulator, backend, seeds, rates, params, *args, **kwargs):
         seen.append((simulator, list(seeds), params.n))
         return real(env, simulator, backend, seeds, rates, params, *args, **kwargs)
 
-    monkeypatch.setattr(datamodule, "generate_tasks", counting)
+    monkeypatch.setattr(epoch, "generate_tasks", counting)
     return seen
 
 
