@@ -23,7 +23,8 @@ Simulator, two designs (`simulator_writes`):
 - "step": it writes one whole new step as JSON (task, observation, history, admissible_commands?, gold).
   `parse_task` checks the gold and history commands against the command grammar and that every object
   the gold names appears in the observation text; anything else raises InvalidTask. Nothing here checks
-  that the gold is right in the state the step describes; `check_gold` measures it in the engine.
+  that the gold is right in the state the step describes; `check_gold` measures it in the engine, and
+  with `reject_refused` the steps it refuses are dropped (configs/alfworld.yaml sets both).
 - "actions": it writes only the commands sent so far in its seed's game (following the expert, leaving
   it, or stopping early); the engine plays them and supplies the state, the admissible commands and
   the gold (the planner's next command), so the engine vouches for every step (`alfworld_check.py`).
@@ -122,6 +123,7 @@ class ALFWorldEnv(Environment):
         split_salt: str = "alfworld-v1",
         simulator_writes: str = "step",
         check_gold: bool = False,
+        reject_refused: bool = False,
         engine_timeout: float = 10.0,
         engine_clock: str = "cpu",
         sim_prompt: str = "stats",
@@ -129,7 +131,9 @@ class ALFWorldEnv(Environment):
         """`simulator_writes`: "step" (a whole step as JSON) or "actions" (the commands so far in the
         seed's game; the engine supplies the rest). `check_gold`: replay every "step" in its seed's
         game to measure whether its gold is right there (about a second each; "actions" steps are
-        always checked). `engine_timeout`: seconds one engine call may take (planner searches from
+        always checked). `reject_refused` (with check_gold): a "step" the engine does not vouch for (not a
+        state of its seed's game, or a gold that is not admissible and goal-advancing there) is dropped as
+        invalid (`engine_refused`) instead of only being counted. `engine_timeout`: seconds one engine call may take (planner searches from
         states off the expert's path can run away); past it the step is rejected as engine_timeout.
         `engine_clock`: what those seconds count, "cpu" (the engine's own CPU time: the same steps are
         rejected however loaded the machine is) or "wall" (wall-clock time; the ALFWorld study's rule).
@@ -157,7 +161,11 @@ class ALFWorldEnv(Environment):
         self.max_episode_steps = max_episode_steps
         self.split_salt = split_salt
         self.simulator_writes = simulator_writes
+        if reject_refused and not check_gold and simulator_writes == "step":
+            raise ConfigError("data.env_args.reject_refused drops the steps the engine refuses, which only "
+                              "check_gold asks it about: set data.env_args.check_gold: true as well")
         self.check_gold = check_gold
+        self.reject_refused = reject_refused
         self.engine = Engine(engine_timeout, engine_clock)
         #: (game key, reason) for every game file skipped while loading steps
         self.load_errors: list[tuple[str, str]] = []
@@ -284,6 +292,10 @@ class ALFWorldEnv(Environment):
             data = validate_generated_step(obj)
             if self.check_gold:
                 checks = self.engine.check_step(self._game_path(seed), data)
+                if self.reject_refused and checks["gold_valid"] < 1.0:
+                    why = "its gold does not advance the goal there" if checks["replayable"] else \
+                        "it is not a state of its seed's game (goal, room or an answer differ)"
+                    raise InvalidTask("engine_refused", why)
         key = json.dumps(data, sort_keys=True)
         meta = {"seed_id": seed.id, "generated": True, "task_type": seed.meta.get("task_type"),
                 "game": seed.meta.get("game")}

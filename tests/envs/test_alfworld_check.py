@@ -123,6 +123,18 @@ def test_free_form_steps_are_measured_when_asked(data_root: str, env: ALFWorldEn
     assert free.parse_task(json.dumps(moved), seed).meta["checks"]["gold_valid"] == 0.0
     unchecked = ALFWorldEnv(data_root=data_root, cache_dir=env.cache_dir, max_games_per_split=1)
     assert "checks" not in unchecked.parse_task(json.dumps(seed.data), seed).meta
+    # reject_refused (configs/alfworld.yaml): the steps the engine does not vouch for are dropped, with the reason
+    strict = ALFWorldEnv(data_root=data_root, cache_dir=env.cache_dir, max_games_per_split=1, check_gold=True,
+                         reject_refused=True)
+    assert strict.parse_task(json.dumps(seed.data), seed).meta["checks"]["gold_valid"] == 1.0
+    other = next(c for c in seed.data["admissible_commands"] if not free.engine.check_step(
+        free._game_path(seed), dict(seed.data, gold=c))["gold_valid"])
+    for step, why in [(moved, "not a state of its seed's game"), (dict(seed.data, gold=other), "does not advance")]:
+        with pytest.raises(InvalidTask, match=why) as e:
+            strict.parse_task(json.dumps(step), seed)
+        assert e.value.reason == "engine_refused"
+    with pytest.raises(ConfigError, match="check_gold: true"):
+        ALFWorldEnv(data_root=data_root, reject_refused=True)
     with pytest.raises(ConfigError, match="simulator_writes"):
         ALFWorldEnv(data_root=data_root, simulator_writes="whole games")
     with pytest.raises(ConfigError, match="engine_clock"):
