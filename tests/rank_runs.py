@@ -40,27 +40,38 @@ def strategy_args(kind: str, devices: int) -> list[str]:
                    "--trainer.strategy.save_distributed_checkpoint", "false"]
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a `main.py` the tests start: one thread per process, tests/ and the repository
+    importable (the test-only callbacks and environments load by class path), and a fault handler, so that
+    an abort prints every thread's stack."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1",
+            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
+def end_group(proc: subprocess.Popen) -> None:
+    """Kill the process group `proc` leads (a launcher's ranks are its children), whatever happened, and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def run_main(cwd: Path, args: list[str], timeout: float) -> tuple[int | None, str]:
     """`python main.py <args>` in `cwd`, one thread per process; (exit code, output of every rank). The output
     goes to a file (a full pipe would block the ranks). Past `timeout` the whole process group is killed and
     the exit code is None (a hang)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1",  # an abort prints every thread's stack
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
     cwd.mkdir(parents=True, exist_ok=True)
     log_path = cwd / f"run-{time.monotonic_ns()}.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), *args], cwd=cwd, env=env, stdout=log,
+        proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), *args], cwd=cwd, env=child_env(), stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             rc = None
         finally:
-            try:  # the other ranks are rank 0's children: end them all, whatever happened
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+            end_group(proc)
     return rc, log_path.read_text()
 
 
@@ -89,8 +100,7 @@ def run_nodes(cwd: Path, args: list[str], nodes: int, launcher: str, timeout: fl
 
     Returns each node's exit code (None: killed at `timeout`) and the output of all of them."""
     port = free_port()
-    base = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1",
-            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    base = child_env()
     for k in [k for k in base if k.startswith(("SLURM_", "MASTER_", "TORCHELASTIC_")) or k in ("RANK", "LOCAL_RANK",
                                                                                                 "WORLD_SIZE")]:
         del base[k]
@@ -120,11 +130,7 @@ def run_nodes(cwd: Path, args: list[str], nodes: int, launcher: str, timeout: fl
         except subprocess.TimeoutExpired:
             codes.append(None)
     for proc, log in zip(procs, logs):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        end_group(proc)
         log.close()
     out = "\n".join(f"---- node {i} ----\n" + Path(log.name).read_text() for i, log in enumerate(logs))
     return codes, out

@@ -7,8 +7,6 @@ Lightning's FSDPStrategy, needs a GPU: its wrapping is checked in process."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +16,7 @@ import pytest
 import torch
 
 from ddp_helpers import digest, task_key
+from rank_runs import child_env, end_group
 from test_fit import _override
 
 pytestmark = pytest.mark.slow  # several processes a test: the slow stage of .ci/run
@@ -43,22 +42,17 @@ def _run(tmp: Path, cache: Path, max_epochs: int, callbacks: list, *args: str, t
            "--config", override, "--trainer.accelerator", "cpu", "--trainer.devices", "2",
            "--trainer.check_val_every_n_epoch", str(max_epochs),
            "--model.agent.warm_start.steps", "50", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1",  # an abort prints every thread's stack
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")])}
     log_path = tmp / "ranks.log"
     t0 = time.monotonic()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=tmp, env=child_env(), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             rc = None
         finally:
-            try:  # rank 1 is rank 0's child: end both, whatever happened
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+            end_group(proc)  # rank 1 is rank 0's child: end both
     out = log_path.read_text()
     if rc is None:
         pytest.fail(f"2-process run did not finish within {timeout:.0f}s (hang?); output:\n{out[-6000:]}")

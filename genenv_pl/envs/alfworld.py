@@ -133,8 +133,9 @@ class ALFWorldEnv(Environment):
         game to measure whether its gold is right there (about a second each; "actions" steps are
         always checked). `reject_refused` (with check_gold): a "step" the engine does not vouch for (not a
         state of its seed's game, or a gold that is not admissible and goal-advancing there) is dropped as
-        invalid (`engine_refused`) instead of only being counted. `engine_timeout`: seconds one engine call may take (planner searches from
-        states off the expert's path can run away); past it the step is rejected as engine_timeout.
+        invalid (`engine_refused`) instead of only being counted. `engine_timeout`: seconds one engine call
+        may take (planner searches from states off the expert's path can run away); past it the step is
+        rejected as engine_timeout.
         `engine_clock`: what those seconds count, "cpu" (the engine's own CPU time: the same steps are
         rejected however loaded the machine is) or "wall" (wall-clock time; the ALFWorld study's rule).
         `sim_prompt`: what the simulator's prompt says about the agent's success on the seed: "rule"

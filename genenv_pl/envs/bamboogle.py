@@ -173,6 +173,10 @@ _SIM_SYSTEM = (
 )
 
 
+def _question(system: str, task: Task) -> list[Message]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": f"Question: {task.data['question']}"}]
+
+
 class BamboogleEnv(Environment):
     name = "bamboogle"
     data_folder = "bamboogle"
@@ -349,13 +353,11 @@ class BamboogleEnv(Environment):
     # ---- agent side ---------------------------------------------------------------------
     def agent_prompt(self, task: Task) -> list[Message]:
         """Closed book: rollouts and the single-step evaluation are one turn, so no tool is offered there."""
-        return [{"role": "system", "content": _CLOSED_BOOK},
-                {"role": "user", "content": f"Question: {task.data['question']}"}]
+        return _question(_CLOSED_BOOK, task)
 
     def search_prompt(self, task: Task) -> list[Message]:
         """The first turn of a search episode (`play`): the search tool described."""
-        return [{"role": "system", "content": _WITH_SEARCH},
-                {"role": "user", "content": f"Question: {task.data['question']}"}]
+        return _question(_WITH_SEARCH, task)
 
     def play(self, act, limit: int | None = None, batch_size: int = 1) -> dict[str, float]:
         """With a `search_tool`: the evaluation questions (the first `limit`) answered in search episodes
@@ -364,16 +366,15 @@ class BamboogleEnv(Environment):
         if self.search_tool is None:
             return {}
         tasks = self.eval_tasks()[:limit] if limit is not None else self.eval_tasks()
-        turns: list[list[str]] = []
-        for start in range(0, len(tasks), max(batch_size, 1)):
-            turns += search_episodes(self, tasks[start:start + max(batch_size, 1)], act, self.search_tool,
-                                     self.max_search_calls)
+        size, turns = max(batch_size, 1), []
+        for start in range(0, len(tasks), size):
+            turns += search_episodes(self, tasks[start:start + size], act, self.search_tool, self.max_search_calls)
         scores = [self.score(t, "\n".join(ts)) for t, ts in zip(tasks, turns)]
         n = max(len(tasks), 1)
         return {"exact_match": sum(s["exact_match"] for s in scores) / n, "f1": sum(s["f1"] for s in scores) / n,
                 "format_error": sum(s["format_error"] for s in scores) / n,
-                "searches": sum(parse_tool_call(x) is not None and extract_tag(x, "response") is None
-                                for ts in turns for x in ts[:self.max_search_calls]) / n,
+                # an episode goes on past a turn only after searching for it: every turn but its last searched
+                "searches": sum(len(ts) - 1 for ts in turns) / n,
                 "questions": float(len(tasks))}
 
     def reward(self, task: Task, response: str) -> float:

@@ -35,10 +35,19 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text.lower())
 
 
+def bm25_idf(df: int, n_docs: int) -> float:
+    """A term's weight: Robertson-Sparck Jones idf, kept positive as Lucene does."""
+    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+def bm25_tf(tf: int, length: int, avg_length: float, k1: float, b: float) -> float:
+    """A term's saturated frequency in one passage, normalised by the passage's length."""
+    return tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length / avg_length))
+
+
 def bm25_term(tf: int, df: int, n_docs: int, length: int, avg_length: float, k1: float, b: float) -> float:
-    """One query term's BM25 score in one passage (Robertson-Sparck Jones idf, kept positive as Lucene does)."""
-    idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
-    return idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * length / avg_length))
+    """One query term's BM25 score in one passage."""
+    return bm25_idf(df, n_docs) * bm25_tf(tf, length, avg_length, k1, b)
 
 
 class BM25Search:
@@ -69,9 +78,9 @@ class BM25Search:
         scores: dict[int, float] = defaultdict(float)
         for term in set(tokenize(query or "")):
             postings = self.postings.get(term, [])
+            idf = bm25_idf(len(postings), len(self.passages))  # once a term, not once a passage
             for i, tf in postings:
-                scores[i] += bm25_term(tf, len(postings), len(self.passages), self.lengths[i], self.avg_length,
-                                       self.k1, self.b)
+                scores[i] += idf * bm25_tf(tf, self.lengths[i], self.avg_length, self.k1, self.b)
         best = heapq.nsmallest(self.top_k, scores.items(), key=lambda item: (-item[1], item[0]))
         return [self.passages[i] for i, _ in best]
 
